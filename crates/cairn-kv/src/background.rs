@@ -1,0 +1,154 @@
+//! Background threads (one flushing frozen memtables, `compaction_threads` compacting) and
+//! [`log_and_apply`], which makes a version edit durable in the MANIFEST and installs it.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::thread::JoinHandle;
+
+use crate::db::{DbInner, State};
+use crate::flush::build_table;
+use crate::manifest::ManifestWriter;
+use crate::version_edit::VersionEdit;
+use crate::{Error, Result};
+
+/// A MANIFEST larger than this is rewritten as a single snapshot edit.
+const MANIFEST_ROLL_BYTES: u64 = 64 << 20;
+
+pub(crate) fn spawn(inner: &Arc<DbInner>) -> Result<Vec<JoinHandle<()>>> {
+    let mut threads = Vec::new();
+    let spawn_err = |e| Error::io("", e);
+    let i = inner.clone();
+    threads
+        .push(std::thread::Builder::new().name("cairn-flush".into()).spawn(move || flush_loop(&i)).map_err(spawn_err)?);
+    for n in 0..inner.opts.compaction_threads.max(1) {
+        let i = inner.clone();
+        let t = std::thread::Builder::new().name(format!("cairn-compact-{n}")).spawn(move || compaction_loop(&i));
+        threads.push(t.map_err(spawn_err)?);
+    }
+    Ok(threads)
+}
+
+fn stopping(inner: &DbInner) -> bool {
+    inner.shutting_down.load(Ordering::Acquire) || inner.is_poisoned()
+}
+
+fn flush_loop(inner: &Arc<DbInner>) {
+    loop {
+        let (imm, file_no, snapshots) = {
+            let mut st = inner.state.lock();
+            while !stopping(inner) && (st.imms.is_empty() || st.flushing) {
+                inner.bg_cv.wait(&mut st);
+            }
+            if stopping(inner) {
+                return;
+            }
+            let Some(imm) = st.imms.front().cloned() else { continue };
+            st.flushing = true;
+            (imm, st.alloc_file_no(), inner.snapshots.list())
+        };
+        let built = build_table(&inner.storage, &inner.dir, &inner.opts, file_no, &imm, &snapshots);
+        let mut st = inner.state.lock();
+        st.flushing = false;
+        let res = built.and_then(|info| {
+            let mut edit = VersionEdit::default();
+            if let Some(info) = info {
+                inner.counters.add_flush(info.size);
+                edit.new_files.push((0, info));
+            }
+            edit.added_tombstones = imm.range_tombstones();
+            // Logs older than the next unflushed memtable's are no longer needed.
+            let next_wal = st.imms.get(1).map_or(st.mem.wal_number(), |m| m.wal_number());
+            edit.log_number = Some(next_wal);
+            // The frozen memtable leaves the read path in the same step as its table enters it.
+            let popped = st.imms.pop_front();
+            if let Err(e) = log_and_apply(inner, &mut st, edit) {
+                if let Some(m) = popped {
+                    st.imms.push_front(m);
+                }
+                return Err(e);
+            }
+            Ok(next_wal)
+        });
+        match res {
+            Ok(next_wal) => {
+                drop(st);
+                remove_old_wals(inner, next_wal);
+            }
+            Err(e) => inner.poison(format!("memtable flush failed: {e}")),
+        }
+        inner.bg_cv.notify_all();
+    }
+}
+
+fn remove_old_wals(inner: &DbInner, below: u64) {
+    let Ok(names) = inner.storage.list_dir(&inner.dir) else { return };
+    for n in names {
+        if let Some(no) = n.strip_suffix(".log").and_then(|s| s.parse::<u64>().ok())
+            && no < below
+        {
+            let _ = inner.storage.remove_file(&inner.dir.join(n));
+        }
+    }
+}
+
+fn compaction_loop(inner: &Arc<DbInner>) {
+    loop {
+        let c = {
+            let mut st = inner.state.lock();
+            loop {
+                if stopping(inner) {
+                    return;
+                }
+                if let Some(c) = crate::compaction::pick(&inner.opts, &mut st) {
+                    break c;
+                }
+                inner.bg_cv.wait(&mut st);
+            }
+        };
+        match crate::compaction::run(inner, c) {
+            Ok(()) | Err(Error::Closed) => {}
+            Err(e) => inner.poison(format!("compaction failed: {e}")),
+        }
+        inner.bg_cv.notify_all();
+    }
+}
+
+/// Makes `edit` durable and installs the resulting version. Tables the edit removes are deleted
+/// once no reader uses them. Range tombstones that no table needs any more are dropped.
+pub(crate) fn log_and_apply(inner: &DbInner, st: &mut State, mut edit: VersionEdit) -> Result<()> {
+    edit.next_file_number = Some(st.next_file_no);
+    edit.last_seq = Some(inner.visible_seq());
+    let mut next = st.version.apply(&edit, &inner.cleaner)?;
+    let obsolete = next.obsolete_tombstones();
+    if !obsolete.is_empty() {
+        edit.removed_tombstones = obsolete;
+        next = st.version.apply(&edit, &inner.cleaner)?;
+    }
+    let res = if st.manifest.len() > MANIFEST_ROLL_BYTES {
+        let no = st.alloc_file_no();
+        let mut first = next.snapshot_edit();
+        first.log_number = edit.log_number.or(Some(st.imms.front().map_or(st.mem.wal_number(), |m| m.wal_number())));
+        first.next_file_number = Some(st.next_file_no);
+        first.last_seq = edit.last_seq;
+        ManifestWriter::create(&inner.storage, &inner.dir, no, &first).map(|m| {
+            let old = std::mem::replace(&mut st.manifest, m);
+            let _ = inner.storage.remove_file(&inner.dir.join(crate::manifest::manifest_name(old.number)));
+        })
+    } else {
+        st.manifest.append(&edit)
+    };
+    if let Err(e) = res {
+        inner.poison(format!("MANIFEST write failed: {e}"));
+        return Err(e);
+    }
+    let removed: std::collections::HashSet<u64> = edit.deleted_files.iter().map(|&(_, no)| no).collect();
+    let live = next.all_file_numbers();
+    for f in st.version.levels.iter().flatten() {
+        if removed.contains(&f.no()) && !live.contains(&f.no()) {
+            f.mark_obsolete();
+        }
+    }
+    st.version = Arc::new(next);
+    inner.install_super_version(st);
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! [`WriteBatch`]: a group of updates applied atomically, and its encoding, which is also the
+//! payload of a write-ahead-log record (see `docs/format/kv.md`).
+
+use crate::coding::{Reader, put_len_prefixed};
+use crate::key::SeqNo;
+use crate::{Error, MAX_KEY_LEN, MAX_VALUE_LEN, Result};
+
+const TAG_DELETE: u8 = 0;
+const TAG_PUT: u8 = 1;
+const TAG_DELETE_RANGE: u8 = 2;
+
+/// Bytes of the header of an encoded batch: base sequence (u64) and count (u32).
+pub(crate) const BATCH_HEADER_LEN: usize = 12;
+
+/// An atomic group of puts, deletes and range deletes.
+///
+/// Every operation in a batch becomes visible at once, or (after a crash) not at all.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WriteBatch {
+    rep: Vec<u8>,
+    count: u32,
+}
+
+/// One decoded operation of a batch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum BatchOp<'a> {
+    /// Set `key` to `value`.
+    Put(&'a [u8], &'a [u8]),
+    /// Remove `key`.
+    Delete(&'a [u8]),
+    /// Remove every key in `[start, end)`.
+    DeleteRange(&'a [u8], &'a [u8]),
+}
+
+impl<'a> BatchOp<'a> {
+    /// The key the operation is about (the start key for a range).
+    pub fn key(&self) -> &'a [u8] {
+        match *self {
+            BatchOp::Put(k, _) | BatchOp::Delete(k) | BatchOp::DeleteRange(k, _) => k,
+        }
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.len() > MAX_KEY_LEN {
+        return Err(Error::KeyTooLarge { len: key.len(), max: MAX_KEY_LEN });
+    }
+    Ok(())
+}
+
+impl WriteBatch {
+    /// An empty batch.
+    pub fn new() -> Self {
+        WriteBatch::default()
+    }
+
+    /// Sets `key` to `value`.
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        check_key(key)?;
+        if value.len() > MAX_VALUE_LEN {
+            return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_LEN });
+        }
+        self.rep.push(TAG_PUT);
+        put_len_prefixed(&mut self.rep, key);
+        put_len_prefixed(&mut self.rep, value);
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Removes `key`.
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        let key = key.as_ref();
+        check_key(key)?;
+        self.rep.push(TAG_DELETE);
+        put_len_prefixed(&mut self.rep, key);
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Removes every key `k` with `start <= k < end`. An empty range (`start >= end`) is a no-op.
+    pub fn delete_range(&mut self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        let (start, end) = (start.as_ref(), end.as_ref());
+        check_key(start)?;
+        check_key(end)?;
+        if start >= end {
+            return Ok(());
+        }
+        self.rep.push(TAG_DELETE_RANGE);
+        put_len_prefixed(&mut self.rep, start);
+        put_len_prefixed(&mut self.rep, end);
+        self.count += 1;
+        Ok(())
+    }
+
+    /// Number of operations.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether the batch holds no operation.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Encoded size in bytes (what the batch costs in the log).
+    pub fn approximate_size(&self) -> usize {
+        BATCH_HEADER_LEN + self.rep.len()
+    }
+
+    /// Removes every operation.
+    pub fn clear(&mut self) {
+        self.rep.clear();
+        self.count = 0;
+    }
+
+    /// Iterates over the operations in order.
+    pub fn iter(&self) -> impl Iterator<Item = BatchOp<'_>> {
+        // The representation was built by this type, so decoding cannot fail.
+        OpIter { r: Reader::new(&self.rep), left: self.count }.map_while(|op| op.ok())
+    }
+
+    pub(crate) fn count(&self) -> u32 {
+        self.count
+    }
+}
+
+/// Appends the log-record form of several batches, numbered from `base_seq`, to `out`.
+pub(crate) fn encode_group<'a>(
+    out: &mut Vec<u8>,
+    base_seq: SeqNo,
+    batches: impl Iterator<Item = &'a WriteBatch> + Clone,
+) {
+    let count: u64 = batches.clone().map(|b| b.count as u64).sum();
+    out.extend_from_slice(&base_seq.to_le_bytes());
+    out.extend_from_slice(&(count as u32).to_le_bytes());
+    for b in batches {
+        out.extend_from_slice(&b.rep);
+    }
+}
+
+/// A decoded log record: the first sequence number and the operations, numbered in order.
+#[derive(Debug)]
+pub(crate) struct DecodedRecord<'a> {
+    pub base_seq: SeqNo,
+    pub ops: Vec<BatchOp<'a>>,
+}
+
+/// Decodes a log-record payload. Errors carry the offset within the payload.
+pub(crate) fn decode_record(payload: &[u8]) -> std::result::Result<DecodedRecord<'_>, (usize, String)> {
+    let mut r = Reader::new(payload);
+    let base_seq = r.u64().ok_or((0, "record shorter than its header".to_string()))?;
+    let count = r.u32().ok_or((8, "record shorter than its header".to_string()))?;
+    let mut ops = Vec::with_capacity((count as usize).min(payload.len() / 2));
+    let mut it = OpIter { r, left: count };
+    for op in it.by_ref() {
+        ops.push(op?);
+    }
+    if !it.r.is_empty() {
+        return Err((it.r.pos(), "trailing bytes after the last operation".into()));
+    }
+    Ok(DecodedRecord { base_seq, ops })
+}
+
+struct OpIter<'a> {
+    r: Reader<'a>,
+    left: u32,
+}
+
+impl<'a> Iterator for OpIter<'a> {
+    type Item = std::result::Result<BatchOp<'a>, (usize, String)>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let at = self.r.pos();
+        let bad = |what: &str| Some(Err((at, format!("malformed {what} operation"))));
+        let op = match self.r.u8() {
+            Some(TAG_PUT) => match (self.r.len_prefixed(), self.r.len_prefixed()) {
+                (Some(k), Some(v)) => BatchOp::Put(k, v),
+                _ => return bad("put"),
+            },
+            Some(TAG_DELETE) => match self.r.len_prefixed() {
+                Some(k) => BatchOp::Delete(k),
+                None => return bad("delete"),
+            },
+            Some(TAG_DELETE_RANGE) => match (self.r.len_prefixed(), self.r.len_prefixed()) {
+                (Some(s), Some(e)) => BatchOp::DeleteRange(s, e),
+                _ => return bad("range delete"),
+            },
+            Some(t) => return Some(Err((at, format!("unknown operation tag {t}")))),
+            None => return Some(Err((at, "record ends before its last operation".into()))),
+        };
+        Some(Ok(op))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn limits_are_enforced() {
+        let mut b = WriteBatch::new();
+        assert!(matches!(b.put(vec![0; MAX_KEY_LEN + 1], b"v"), Err(Error::KeyTooLarge { .. })));
+        assert!(b.put(vec![0; MAX_KEY_LEN], b"v").is_ok());
+        assert!(matches!(b.delete(vec![0; MAX_KEY_LEN + 1]), Err(Error::KeyTooLarge { .. })));
+        assert_eq!(b.len(), 1);
+        b.delete_range(b"b", b"a").unwrap();
+        assert_eq!(b.len(), 1, "an empty range is dropped");
+    }
+
+    #[test]
+    fn group_round_trip() {
+        let mut a = WriteBatch::new();
+        a.put(b"k1", b"v1").unwrap();
+        a.delete(b"k2").unwrap();
+        let mut b = WriteBatch::new();
+        b.delete_range(b"a", b"z").unwrap();
+        let mut out = Vec::new();
+        encode_group(&mut out, 77, [&a, &b].into_iter());
+        let rec = decode_record(&out).unwrap();
+        assert_eq!(rec.base_seq, 77);
+        assert_eq!(rec.ops, vec![BatchOp::Put(b"k1", b"v1"), BatchOp::Delete(b"k2"), BatchOp::DeleteRange(b"a", b"z")]);
+    }
+
+    proptest! {
+        #[test]
+        fn decode_never_panics(data: Vec<u8>) {
+            let _ = decode_record(&data);
+        }
+
+        #[test]
+        fn truncation_is_detected(ops in proptest::collection::vec((any::<bool>(), proptest::collection::vec(any::<u8>(), 0..20), proptest::collection::vec(any::<u8>(), 0..20)), 1..10)) {
+            let mut b = WriteBatch::new();
+            for (put, k, v) in &ops {
+                if *put { b.put(k, v).unwrap() } else { b.delete(k).unwrap() }
+            }
+            let mut out = Vec::new();
+            encode_group(&mut out, 1, std::iter::once(&b));
+            prop_assert_eq!(decode_record(&out).unwrap().ops.len(), ops.len());
+            for cut in 0..out.len() {
+                prop_assert!(decode_record(&out[..cut]).is_err());
+            }
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Reads blocks written by [`crate::block_builder::BlockBuilder`]: [`Block`] validates the
+//! restart trailer, [`BlockIter`] walks the entries in both directions and seeks by binary search
+//! over the restart points, as LevelDB does. The same iterator serves index blocks, whose values
+//! are [`BlockHandle`]s.
+//!
+//! Keys in blocks are internal keys ordered by [`key::compare_internal`]. Every malformed entry
+//! met while iterating is an [`Error::Corruption`] naming the file and the block's offset.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::coding::{Reader, put_varint};
+use crate::iter::InternalIterator;
+use crate::key::{self, TRAILER_LEN};
+use crate::{Error, Result};
+
+/// Where a block lies in its file. `size` excludes the 5-byte block trailer
+/// (compression tag and checksum).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BlockHandle {
+    /// Offset of the block's first byte.
+    pub offset: u64,
+    /// Length of the stored (possibly compressed) block, trailer excluded.
+    pub size: u64,
+}
+
+impl BlockHandle {
+    /// Appends the handle as two varints (offset, size).
+    pub fn encode_to(&self, out: &mut Vec<u8>) {
+        put_varint(out, self.offset);
+        put_varint(out, self.size);
+    }
+
+    /// Decodes a handle that fills `buf` exactly; `None` if truncated or followed by bytes.
+    pub fn decode(buf: &[u8]) -> Option<BlockHandle> {
+        let mut r = Reader::new(buf);
+        let h = BlockHandle { offset: r.varint()?, size: r.varint()? };
+        r.is_empty().then_some(h)
+    }
+}
+
+/// A decoded, validated block. Cloning is cheap (reference-counted bytes and path).
+#[derive(Clone, Debug)]
+pub struct Block {
+    data: Bytes,
+    /// Start of the restart array, which is also the end of the entries.
+    restarts_offset: usize,
+    num_restarts: usize,
+    path: Arc<Path>,
+    offset: u64,
+}
+
+impl Block {
+    /// Validates the restart trailer of `data`, the uncompressed block found at `offset` in the
+    /// file at `path` (both only name the block in errors).
+    pub fn new(data: Bytes, path: Arc<Path>, offset: u64) -> Result<Block> {
+        let corrupt = |reason: String| Error::corruption(&path, offset, reason);
+        let len = data.len();
+        if len < 4 {
+            return Err(corrupt(format!("block of {len} bytes has no restart count")));
+        }
+        let count = u32::from_le_bytes([data[len - 4], data[len - 3], data[len - 2], data[len - 1]]);
+        let num_restarts = count as usize;
+        let restarts_offset = num_restarts
+            .checked_mul(4)
+            .and_then(|n| (len - 4).checked_sub(n))
+            .ok_or_else(|| corrupt(format!("{count} restart points do not fit in {len} bytes")))?;
+        if num_restarts == 0 {
+            return Err(corrupt("block has no restart points".into()));
+        }
+        let block = Block { data, restarts_offset, num_restarts, path: path.clone(), offset };
+        let mut prev = None;
+        for i in 0..num_restarts {
+            let r = block.restart_point(i);
+            let ok = match prev {
+                None => r == 0,
+                Some(p) => r > p && r < restarts_offset,
+            };
+            if !ok {
+                return Err(corrupt(format!("restart point {i} at {r} is out of order or range")));
+            }
+            prev = Some(r);
+        }
+        Ok(block)
+    }
+
+    fn restart_point(&self, i: usize) -> usize {
+        let p = self.restarts_offset + 4 * i;
+        u32::from_le_bytes([self.data[p], self.data[p + 1], self.data[p + 2], self.data[p + 3]]) as usize
+    }
+
+    /// Byte length of the (uncompressed) block, trailer included.
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    /// Whether the block holds no entries.
+    pub fn is_empty(&self) -> bool {
+        self.restarts_offset == 0
+    }
+
+    /// The block's bytes, restart trailer included.
+    pub fn data(&self) -> &Bytes {
+        &self.data
+    }
+
+    /// Offset of the block in its file.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// The file the block came from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// An unpositioned iterator over the block.
+    pub fn iter(&self) -> BlockIter {
+        BlockIter::new(self.clone())
+    }
+}
+
+/// One decoded entry header.
+struct Entry {
+    shared: usize,
+    unshared: usize,
+    /// Offset of the key delta.
+    key_start: usize,
+    value_len: usize,
+    /// Offset just past the value.
+    end: usize,
+}
+
+/// A bidirectional cursor over a [`Block`]. It owns a clone of the block, so it may outlive
+/// the cache entry it came from.
+#[derive(Debug)]
+pub struct BlockIter {
+    block: Block,
+    /// Offset of the current entry (`restarts_offset` when not valid).
+    current: usize,
+    /// Offset just past the current entry.
+    next_offset: usize,
+    /// Index of the restart interval holding the current entry.
+    restart_index: usize,
+    key: Vec<u8>,
+    value_start: usize,
+    value_end: usize,
+    valid: bool,
+}
+
+impl BlockIter {
+    /// An unpositioned iterator over `block`.
+    pub fn new(block: Block) -> Self {
+        let end = block.restarts_offset;
+        BlockIter {
+            block,
+            current: end,
+            next_offset: end,
+            restart_index: 0,
+            key: Vec::new(),
+            value_start: 0,
+            value_end: 0,
+            valid: false,
+        }
+    }
+
+    /// The current value as shared bytes (no copy). Requires `valid()`.
+    pub fn value_bytes(&self) -> Bytes {
+        self.block.data.slice(self.value_start..self.value_end)
+    }
+
+    /// Decodes the current value as a [`BlockHandle`] (index blocks). Requires `valid()`.
+    pub fn handle(&self) -> Result<BlockHandle> {
+        BlockHandle::decode(self.value()).ok_or_else(|| {
+            let reason = format!("bad block handle in index entry at {}", self.current);
+            Error::corruption(&self.block.path, self.block.offset, reason)
+        })
+    }
+
+    /// The block being iterated.
+    pub fn block(&self) -> &Block {
+        &self.block
+    }
+
+    fn invalidate(&mut self) {
+        self.valid = false;
+        self.current = self.block.restarts_offset;
+        self.next_offset = self.current;
+        self.restart_index = self.block.num_restarts;
+    }
+
+    fn corrupt(&mut self, at: usize, reason: &str) -> Error {
+        self.invalidate();
+        let reason = format!("{reason} (entry at byte {at} of the block)");
+        Error::corruption(&self.block.path, self.block.offset, reason)
+    }
+
+    fn decode_entry(&self, pos: usize) -> Option<Entry> {
+        let limit = self.block.restarts_offset;
+        let mut r = Reader::new(self.block.data.get(pos..limit)?);
+        let shared = r.varint_len(usize::MAX)?;
+        let unshared = r.varint_len(limit)?;
+        let value_len = r.varint_len(limit)?;
+        let key_start = pos + r.pos();
+        let end = key_start.checked_add(unshared)?.checked_add(value_len)?;
+        (end <= limit).then_some(Entry { shared, unshared, key_start, value_len, end })
+    }
+
+    /// The full key stored at restart point `i` (which must not share a prefix).
+    fn restart_key(&mut self, i: usize) -> Result<&[u8]> {
+        let pos = self.block.restart_point(i);
+        match self.decode_entry(pos) {
+            Some(e) if e.shared == 0 && e.unshared >= TRAILER_LEN => {
+                Ok(&self.block.data[e.key_start..e.key_start + e.unshared])
+            }
+            _ => Err(self.corrupt(pos, "malformed restart entry")),
+        }
+    }
+
+    fn seek_to_restart(&mut self, i: usize) {
+        self.key.clear();
+        self.restart_index = i;
+        self.current = self.block.restart_point(i);
+        self.next_offset = self.current;
+        self.valid = false;
+    }
+
+    /// Decodes the entry at `next_offset`; `Ok(false)` at the end of the block.
+    fn parse_next(&mut self) -> Result<bool> {
+        let pos = self.next_offset;
+        self.current = pos;
+        if pos >= self.block.restarts_offset {
+            self.invalidate();
+            return Ok(false);
+        }
+        let Some(e) = self.decode_entry(pos) else {
+            return Err(self.corrupt(pos, "truncated entry"));
+        };
+        while self.restart_index + 1 < self.block.num_restarts
+            && self.block.restart_point(self.restart_index + 1) <= pos
+        {
+            self.restart_index += 1;
+        }
+        if e.shared > self.key.len() {
+            return Err(self.corrupt(pos, "entry shares more bytes than the previous key has"));
+        }
+        if self.block.restart_point(self.restart_index) == pos && e.shared != 0 {
+            return Err(self.corrupt(pos, "restart entry shares a prefix"));
+        }
+        let next_restart = self.restart_index + 1;
+        if next_restart < self.block.num_restarts && e.end > self.block.restart_point(next_restart) {
+            return Err(self.corrupt(pos, "entry overlaps a restart point"));
+        }
+        self.key.truncate(e.shared);
+        self.key.extend_from_slice(&self.block.data[e.key_start..e.key_start + e.unshared]);
+        if self.key.len() < TRAILER_LEN {
+            return Err(self.corrupt(pos, "key shorter than its 8-byte trailer"));
+        }
+        self.value_start = e.key_start + e.unshared;
+        self.value_end = self.value_start + e.value_len;
+        self.next_offset = e.end;
+        self.valid = true;
+        Ok(true)
+    }
+}
+
+impl InternalIterator for BlockIter {
+    fn valid(&self) -> bool {
+        self.valid
+    }
+
+    fn seek_to_first(&mut self) -> Result<()> {
+        self.seek_to_restart(0);
+        self.parse_next().map(drop)
+    }
+
+    fn seek_to_last(&mut self) -> Result<()> {
+        self.seek_to_restart(self.block.num_restarts - 1);
+        while self.parse_next()? && self.next_offset < self.block.restarts_offset {}
+        Ok(())
+    }
+
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        // Find the last restart point whose key is < target, then scan forward from it.
+        let (mut left, mut right) = (0, self.block.num_restarts - 1);
+        while left < right {
+            let mid = left + (right - left).div_ceil(2);
+            if key::compare_internal(self.restart_key(mid)?, target).is_lt() {
+                left = mid;
+            } else {
+                right = mid - 1;
+            }
+        }
+        self.seek_to_restart(left);
+        while self.parse_next()? {
+            if key::compare_internal(&self.key, target).is_ge() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        self.seek(target)?;
+        if !self.valid {
+            self.seek_to_last()
+        } else if key::compare_internal(&self.key, target).is_gt() {
+            self.prev()
+        } else {
+            Ok(())
+        }
+    }
+
+    fn next(&mut self) -> Result<()> {
+        debug_assert!(self.valid);
+        self.parse_next().map(drop)
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        debug_assert!(self.valid);
+        let original = self.current;
+        // Back up to the restart interval that starts before the current entry.
+        while self.block.restart_point(self.restart_index) >= original {
+            if self.restart_index == 0 {
+                self.invalidate();
+                return Ok(());
+            }
+            self.restart_index -= 1;
+        }
+        self.seek_to_restart(self.restart_index);
+        while self.parse_next()? && self.next_offset < original {}
+        if self.valid && self.next_offset != original {
+            return Err(self.corrupt(original, "entries do not chain to the current entry"));
+        }
+        Ok(())
+    }
+
+    fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    fn value(&self) -> &[u8] {
+        &self.block.data[self.value_start..self.value_end]
+    }
+}

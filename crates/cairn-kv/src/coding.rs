@@ -1,0 +1,122 @@
+//! Little-endian fixed-width and LEB128 varint helpers shared by every on-disk format.
+
+/// Appends a LEB128 varint.
+#[inline]
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Decodes a LEB128 varint from the front of `buf`, returning the value and the bytes used.
+/// Returns `None` for truncated input or more than 10 bytes / 64 bits.
+#[inline]
+pub fn get_varint(buf: &[u8]) -> Option<(u64, usize)> {
+    let mut v: u64 = 0;
+    for (i, &b) in buf.iter().enumerate().take(10) {
+        let bits = (b & 0x7F) as u64;
+        if i == 9 && b > 1 {
+            return None;
+        }
+        v |= bits << (7 * i);
+        if b < 0x80 {
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// A cursor that decodes from a byte slice and reports truncation instead of panicking.
+#[derive(Debug)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    /// Starts reading at the beginning of `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+    /// Bytes consumed so far.
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+    /// Bytes left.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+    /// Whether everything was consumed.
+    pub fn is_empty(&self) -> bool {
+        self.remaining() == 0
+    }
+    /// Reads a varint.
+    pub fn varint(&mut self) -> Option<u64> {
+        let (v, n) = get_varint(&self.buf[self.pos..])?;
+        self.pos += n;
+        Some(v)
+    }
+    /// Reads a varint that must fit in `usize` and be at most `max`.
+    pub fn varint_len(&mut self, max: usize) -> Option<usize> {
+        let v = self.varint()?;
+        let v = usize::try_from(v).ok()?;
+        (v <= max).then_some(v)
+    }
+    /// Reads `n` raw bytes.
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let end = self.pos.checked_add(n)?;
+        let s = self.buf.get(self.pos..end)?;
+        self.pos = end;
+        Some(s)
+    }
+    /// Reads a varint length followed by that many bytes.
+    pub fn len_prefixed(&mut self) -> Option<&'a [u8]> {
+        let n = self.varint_len(self.remaining())?;
+        self.bytes(n)
+    }
+    /// Reads one byte.
+    pub fn u8(&mut self) -> Option<u8> {
+        Some(self.bytes(1)?[0])
+    }
+    /// Reads a little-endian u32.
+    pub fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
+    }
+    /// Reads a little-endian u64.
+    pub fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
+    }
+}
+
+/// Appends a varint length and the bytes.
+#[inline]
+pub fn put_len_prefixed(out: &mut Vec<u8>, data: &[u8]) {
+    put_varint(out, data.len() as u64);
+    out.extend_from_slice(data);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn varint_round_trip(v: u64) {
+            let mut out = Vec::new();
+            put_varint(&mut out, v);
+            prop_assert_eq!(get_varint(&out), Some((v, out.len())));
+            // Every strict prefix is truncated.
+            for i in 0..out.len() {
+                prop_assert!(get_varint(&out[..i]).is_none());
+            }
+        }
+
+        #[test]
+        fn varint_never_panics(buf: Vec<u8>) {
+            let _ = get_varint(&buf);
+        }
+    }
+}

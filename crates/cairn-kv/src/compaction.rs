@@ -1,0 +1,236 @@
+//! Leveled compaction: choosing what to compact (level-0 file count and level byte budgets,
+//! round-robin within a level) and merging the chosen tables into the next level.
+
+use std::sync::Arc;
+
+use crate::db::{DbInner, State};
+use crate::flush::{TableOutput, VersionFilter};
+use crate::iter::InternalIterator;
+use crate::key;
+use crate::merge_iter::{LevelIter, MergingIterator};
+use crate::version::{TableFile, Version};
+use crate::version_edit::VersionEdit;
+use crate::{Options, Result};
+
+/// A chosen compaction: tables of `level` merged with the overlapping tables of `level + 1`.
+pub(crate) struct Compaction {
+    pub level: usize,
+    pub inputs: Vec<Arc<TableFile>>,
+    pub next: Vec<Arc<TableFile>>,
+    pub bottommost: bool,
+}
+
+impl Compaction {
+    fn all(&self) -> impl Iterator<Item = &Arc<TableFile>> {
+        self.inputs.iter().chain(&self.next)
+    }
+}
+
+fn level_target(opts: &Options, level: usize) -> u64 {
+    let mut t = opts.max_bytes_for_level_base;
+    for _ in 1..level {
+        t = t.saturating_mul(opts.level_size_multiplier);
+    }
+    t
+}
+
+fn user_range<'a>(files: impl Iterator<Item = &'a Arc<TableFile>>) -> Option<(Vec<u8>, Vec<u8>)> {
+    let mut r: Option<(Vec<u8>, Vec<u8>)> = None;
+    for f in files {
+        let (lo, hi) = (f.info.smallest_user(), f.info.largest_user());
+        r = Some(match r {
+            None => (lo.to_vec(), hi.to_vec()),
+            Some((a, b)) => {
+                (if lo < a.as_slice() { lo.to_vec() } else { a }, if hi > b.as_slice() { hi.to_vec() } else { b })
+            }
+        });
+    }
+    r
+}
+
+/// The level most in need of compaction (score >= 1), if any, ignoring tables being compacted.
+pub(crate) fn needs_compaction(opts: &Options, st: &State) -> Option<(usize, f64)> {
+    let v = &st.version;
+    let last = v.levels.len() - 1;
+    let mut best: Option<(usize, f64)> = None;
+    for level in 0..last {
+        let score = if level == 0 {
+            if st.l0_compacting {
+                continue;
+            }
+            v.levels[0].len() as f64 / opts.level0_compaction_trigger as f64
+        } else {
+            let bytes: u64 =
+                v.levels[level].iter().filter(|f| !st.compacting.contains(&f.no())).map(|f| f.info.size).sum();
+            bytes as f64 / level_target(opts, level) as f64
+        };
+        if score >= 1.0 && best.is_none_or(|(_, s)| score > s) {
+            best = Some((level, score));
+        }
+    }
+    best
+}
+
+/// Picks a compaction and marks its tables as being compacted.
+pub(crate) fn pick(opts: &Options, st: &mut State) -> Option<Compaction> {
+    let (level, _) = needs_compaction(opts, st)?;
+    let v = st.version.clone();
+    let busy = |st: &State, files: &[Arc<TableFile>]| files.iter().any(|f| st.compacting.contains(&f.no()));
+    let c = if level == 0 {
+        let inputs = v.levels[0].clone();
+        let (lo, hi) = user_range(inputs.iter())?;
+        let next = v.overlapping(1, &lo, &hi);
+        if busy(st, &next) {
+            return None;
+        }
+        Compaction { level, inputs, next, bottommost: false }
+    } else {
+        let files = &v.levels[level];
+        let ptr = st.compact_pointer[level].clone();
+        let start = files.partition_point(|f| f.info.largest_user() <= ptr.as_slice());
+        let order = files[start..].iter().chain(&files[..start]);
+        let mut chosen = None;
+        for f in order {
+            if st.compacting.contains(&f.no()) {
+                continue;
+            }
+            let next = v.overlapping(level + 1, f.info.smallest_user(), f.info.largest_user());
+            if !busy(st, &next) {
+                chosen = Some((f.clone(), next));
+                break;
+            }
+        }
+        let (f, next) = chosen?;
+        st.compact_pointer[level] = f.info.largest_user().to_vec();
+        Compaction { level, inputs: vec![f], next, bottommost: false }
+    };
+    let (lo, hi) = user_range(c.all())?;
+    let bottommost = !v.has_data_below(level + 1, &lo, &hi);
+    for f in c.all() {
+        st.compacting.insert(f.no());
+    }
+    if level == 0 {
+        st.l0_compacting = true;
+    }
+    st.running_compactions += 1;
+    Some(Compaction { bottommost, ..c })
+}
+
+/// Runs a picked compaction and installs its result.
+pub(crate) fn run(inner: &Arc<DbInner>, c: Compaction) -> Result<()> {
+    run_with(inner, c, false)
+}
+
+fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<()> {
+    let result = merge_with(inner, &c, force_rewrite);
+    let mut st = inner.state.lock();
+    for f in c.all() {
+        st.compacting.remove(&f.no());
+    }
+    if c.level == 0 {
+        st.l0_compacting = false;
+    }
+    st.running_compactions -= 1;
+    let edit = result?;
+    crate::background::log_and_apply(inner, &mut st, edit)?;
+    inner.counters.add_compaction();
+    inner.bg_cv.notify_all();
+    Ok(())
+}
+
+fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Result<VersionEdit> {
+    let out_level = c.level + 1;
+    let mut edit = VersionEdit::default();
+    for f in &c.inputs {
+        edit.deleted_files.push((c.level, f.no()));
+    }
+    for f in &c.next {
+        edit.deleted_files.push((out_level, f.no()));
+    }
+    // A lone table with nothing to merge with moves down without being rewritten.
+    if !force_rewrite && c.inputs.len() == 1 && c.next.is_empty() {
+        edit.new_files.push((out_level, c.inputs[0].info.clone()));
+        return Ok(edit);
+    }
+    let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+    if c.level == 0 {
+        for f in &c.inputs {
+            children.push(Box::new(inner.table_cache.get(f.no())?.iter()));
+        }
+    } else {
+        children.push(Box::new(LevelIter::new(c.inputs.clone(), inner.table_cache.clone())));
+    }
+    if !c.next.is_empty() {
+        children.push(Box::new(LevelIter::new(c.next.clone(), inner.table_cache.clone())));
+    }
+    let mut it = MergingIterator::new(children);
+    let snapshots = inner.snapshots.list();
+    let version: Arc<Version> = inner.state.lock().version.clone();
+    let tombstones = (!version.fragmented.is_empty()).then(|| version.fragmented.clone());
+    let mut filter = VersionFilter::new(&snapshots, c.bottommost, tombstones.as_deref());
+    let mut out = TableOutput::new(&inner.storage, &inner.dir, &inner.opts, inner.opts.target_file_size);
+    let mut alloc = || inner.state.lock().alloc_file_no();
+    let mut read_bytes = 0u64;
+    it.seek_to_first()?;
+    while it.valid() {
+        if inner.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(crate::Error::Closed);
+        }
+        read_bytes += (it.key().len() + it.value().len()) as u64;
+        if filter.keep(it.key()) {
+            out.add(it.key(), it.value(), &mut alloc)?;
+        }
+        it.next()?;
+    }
+    let max_tombstone = version.tombstones.iter().map(|t| t.seq).max().unwrap_or(0);
+    let (files, written) = out.finish(filter.tombstones_applied(max_tombstone))?;
+    inner.counters.add_compaction_bytes(read_bytes, written);
+    for f in files {
+        debug_assert!(key::compare_internal(&f.smallest, &f.largest).is_le());
+        edit.new_files.push((out_level, f));
+    }
+    Ok(edit)
+}
+
+/// Compacts every level into the next, top to bottom, so that all data ends in the last
+/// non-empty level with shadowed versions and (where no snapshot needs them) tombstones gone.
+pub(crate) fn compact_all(inner: &Arc<DbInner>) -> Result<()> {
+    let levels = inner.opts.num_levels;
+    for level in 0..levels - 1 {
+        let c = {
+            let mut st = inner.state.lock();
+            // Wait until background compactions leave the levels alone.
+            while st.running_compactions > 0 || st.l0_compacting {
+                inner.check_poisoned()?;
+                inner.bg_cv.wait(&mut st);
+            }
+            let v = st.version.clone();
+            if v.levels[level].is_empty() {
+                continue;
+            }
+            let inputs = v.levels[level].clone();
+            let Some((lo, hi)) = user_range(inputs.iter()) else { continue };
+            let next = v.overlapping(level + 1, &lo, &hi);
+            let all_lo_hi = user_range(inputs.iter().chain(&next));
+            let bottommost = all_lo_hi.is_none_or(|(lo, hi)| !v.has_data_below(level + 1, &lo, &hi));
+            for f in inputs.iter().chain(&next) {
+                st.compacting.insert(f.no());
+            }
+            if level == 0 {
+                st.l0_compacting = true;
+            }
+            st.running_compactions += 1;
+            // When the next level is rewritten whole and nothing lies deeper, this is the last step.
+            let last_step =
+                next.len() == v.levels[level + 1].len() && v.levels.iter().skip(level + 2).all(|l| l.is_empty());
+            (Compaction { level, inputs, next, bottommost }, last_step)
+        };
+        // Force a rewrite even for a lone table, so tombstones and old versions are dropped.
+        run_with(inner, c.0, true)?;
+        if c.1 {
+            // Nothing lies below the level just written: everything is at the bottom now.
+            break;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,221 @@
+//! Block compression: the one-byte compression tag stored after every SSTable block, and the
+//! codecs behind it (none, LZ4 with a prepended size, Zstandard).
+//!
+//! Tags (see `docs/format/sstable.md`): `0` = stored as is, `1` = LZ4 block with the
+//! uncompressed length prepended as a u32 LE (`lz4_flex::block::compress_prepend_size`),
+//! `2` = one Zstandard frame carrying its content size (`zstd::bulk`).
+//!
+//! Decoders never trust a declared size: anything above [`MAX_DECOMPRESSED_LEN`] is rejected
+//! before a buffer is allocated.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::path::Path;
+
+use bytes::Bytes;
+
+use crate::{Compression, Error, Result};
+
+/// Tag of a block stored uncompressed.
+pub const TAG_NONE: u8 = 0;
+/// Tag of an LZ4 block (u32 LE uncompressed size, then the LZ4 block).
+pub const TAG_LZ4: u8 = 1;
+/// Tag of a Zstandard block (one frame with its content size).
+pub const TAG_ZSTD: u8 = 2;
+
+/// Largest uncompressed block a reader accepts (128 MiB).
+pub const MAX_DECOMPRESSED_LEN: usize = 128 << 20;
+
+/// The tag written for blocks compressed with `kind`.
+pub fn compression_tag(kind: Compression) -> u8 {
+    match kind {
+        Compression::None => TAG_NONE,
+        Compression::Lz4 => TAG_LZ4,
+        Compression::Zstd(_) => TAG_ZSTD,
+    }
+}
+
+/// Compresses `data` with `kind`. Returns `None` for [`Compression::None`] or if the codec
+/// failed (the caller then stores the block uncompressed).
+pub fn compress(kind: Compression, data: &[u8]) -> Option<Vec<u8>> {
+    match kind {
+        Compression::None => None,
+        Compression::Lz4 => Some(lz4_flex::block::compress_prepend_size(data)),
+        Compression::Zstd(level) => zstd::bulk::compress(data, level).ok(),
+    }
+}
+
+/// Whether a compressed form of `compressed_len` bytes is worth storing instead of
+/// `raw_len` bytes: it must save at least 1/8 of the raw size.
+pub fn worth_compressing(raw_len: usize, compressed_len: usize) -> bool {
+    compressed_len <= raw_len - raw_len / 8
+}
+
+/// Compresses `data` if that saves at least 1/8 of its size; returns the tag and the bytes to
+/// store (borrowing `data` when it is stored as is).
+pub fn compress_block(kind: Compression, data: &[u8]) -> (u8, Cow<'_, [u8]>) {
+    BlockCompressor::new(kind).compress_block(data)
+}
+
+/// Compresses the blocks of one table, reusing the Zstandard context between blocks.
+pub struct BlockCompressor {
+    kind: Compression,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+}
+
+impl std::fmt::Debug for BlockCompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockCompressor").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+impl BlockCompressor {
+    /// A compressor for `kind`.
+    pub fn new(kind: Compression) -> Self {
+        let zstd = match kind {
+            Compression::Zstd(level) => zstd::bulk::Compressor::new(level).ok(),
+            _ => None,
+        };
+        BlockCompressor { kind, zstd }
+    }
+
+    /// Like [`compress_block`]: the tag and the bytes to store.
+    pub fn compress_block<'a>(&mut self, data: &'a [u8]) -> (u8, Cow<'a, [u8]>) {
+        let compressed = match (&mut self.zstd, self.kind) {
+            (Some(z), _) => z.compress(data).ok(),
+            (None, Compression::Zstd(_)) => None,
+            (None, kind) => compress(kind, data),
+        };
+        match compressed {
+            Some(c) if worth_compressing(data.len(), c.len()) => (compression_tag(self.kind), Cow::Owned(c)),
+            _ => (TAG_NONE, Cow::Borrowed(data)),
+        }
+    }
+}
+
+thread_local! {
+    /// One Zstandard decompression context per thread, reused across blocks.
+    static ZSTD_DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+fn zstd_decompress(data: &[u8], capacity: usize) -> std::io::Result<Vec<u8>> {
+    ZSTD_DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        let mut d = match slot.take() {
+            Some(d) => d,
+            None => zstd::bulk::Decompressor::new()?,
+        };
+        let out = d.decompress(data, capacity);
+        *slot = Some(d);
+        out
+    })
+}
+
+/// Decodes a stored block. `path` and `offset` (the block's offset in its file) name the
+/// damage in the returned [`Error::Corruption`].
+pub fn decompress(tag: u8, data: Bytes, path: &Path, offset: u64) -> Result<Bytes> {
+    let corrupt = |reason: String| Error::corruption(path, offset, reason);
+    match tag {
+        TAG_NONE => Ok(data),
+        TAG_LZ4 => {
+            let (declared, _) =
+                lz4_flex::block::uncompressed_size(&data).map_err(|e| corrupt(format!("lz4 block header: {e}")))?;
+            if declared > MAX_DECOMPRESSED_LEN {
+                return Err(corrupt(format!("lz4 block declares {declared} bytes")));
+            }
+            let out =
+                lz4_flex::block::decompress_size_prepended(&data).map_err(|e| corrupt(format!("lz4 block: {e}")))?;
+            Ok(Bytes::from(out))
+        }
+        TAG_ZSTD => {
+            let declared = match zstd::zstd_safe::get_frame_content_size(&data) {
+                Ok(Some(n)) => n,
+                Ok(None) => return Err(corrupt("zstd frame without content size".into())),
+                Err(_) => return Err(corrupt("zstd frame header is invalid".into())),
+            };
+            let declared = usize::try_from(declared)
+                .ok()
+                .filter(|&n| n <= MAX_DECOMPRESSED_LEN)
+                .ok_or_else(|| corrupt(format!("zstd block declares {declared} bytes")))?;
+            let out = zstd_decompress(&data, declared).map_err(|e| corrupt(format!("zstd block: {e}")))?;
+            if out.len() != declared {
+                return Err(corrupt(format!("zstd block decoded to {} bytes, frame declares {declared}", out.len())));
+            }
+            Ok(Bytes::from(out))
+        }
+        t => Err(corrupt(format!("unknown compression tag {t}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const KINDS: [Compression; 3] = [Compression::None, Compression::Lz4, Compression::Zstd(3)];
+
+    fn round_trip(kind: Compression, data: &[u8]) -> Vec<u8> {
+        let (tag, stored) = compress_block(kind, data);
+        let out = decompress(tag, Bytes::copy_from_slice(&stored), Path::new("t"), 7).unwrap();
+        out.to_vec()
+    }
+
+    #[test]
+    fn compressible_data_is_compressed() {
+        let data = b"abcdefgh".repeat(512);
+        for kind in [Compression::Lz4, Compression::Zstd(1)] {
+            let (tag, stored) = compress_block(kind, &data);
+            assert_eq!(tag, compression_tag(kind));
+            assert!(stored.len() < data.len() / 2);
+            assert_eq!(round_trip(kind, &data), data);
+        }
+    }
+
+    #[test]
+    fn incompressible_data_is_stored_raw() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let data: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for kind in KINDS {
+            let (tag, stored) = compress_block(kind, &data);
+            assert_eq!(tag, TAG_NONE);
+            assert_eq!(&*stored, &data[..]);
+        }
+    }
+
+    #[test]
+    fn oversized_declarations_are_rejected() {
+        let mut lz = (u32::MAX).to_le_bytes().to_vec();
+        lz.extend_from_slice(&[0u8; 8]);
+        let e = decompress(TAG_LZ4, Bytes::from(lz), Path::new("f"), 9).unwrap_err();
+        assert!(matches!(e, Error::Corruption { offset: 9, .. }));
+        // A frame header (magic, single-segment descriptor, 8-byte content size) declaring 1 TiB.
+        let mut zs = vec![0x28, 0xB5, 0x2F, 0xFD, 0xE0];
+        zs.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        let e = decompress(TAG_ZSTD, Bytes::from(zs), Path::new("f"), 1).unwrap_err();
+        assert!(e.to_string().contains("declares"), "{e}");
+        assert!(e.is_corruption());
+        let e = decompress(9, Bytes::new(), Path::new("f"), 1).unwrap_err();
+        assert!(e.is_corruption());
+    }
+
+    proptest! {
+        #[test]
+        fn codecs_round_trip(data in proptest::collection::vec(0u8..4, 0..3000)) {
+            for kind in KINDS {
+                prop_assert_eq!(round_trip(kind, &data), data.clone());
+            }
+        }
+
+        #[test]
+        fn garbage_never_panics(tag in 0u8..4, data: Vec<u8>) {
+            let _ = decompress(tag, Bytes::from(data), Path::new("g"), 0);
+        }
+    }
+}

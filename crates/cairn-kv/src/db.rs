@@ -1,0 +1,468 @@
+//! [`Db`]: the engine's public handle, its shared state and the read path.
+
+use std::collections::{HashSet, VecDeque};
+use std::ops::RangeBounds;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+use crate::batch::WriteBatch;
+use crate::block_cache::BlockCache;
+use crate::db_iter::Iter;
+use crate::key::{self, MAX_SEQ, SeqNo, ValueKind};
+use crate::log::LogWriter;
+use crate::manifest::ManifestWriter;
+use crate::memtable::{Found, Memtable};
+use crate::range_del::FragmentedTombstones;
+use crate::snapshot::{Snapshot, SnapshotList};
+use crate::stats::{Counters, Stats};
+use crate::storage::{FileLock, Storage};
+use crate::table_cache::TableCache;
+use crate::txn::Transaction;
+use crate::version::{Cleaner, Version};
+use crate::write_queue::{WriteQueue, WriteRequest};
+use crate::{Error, Options, Result};
+
+/// Per-write options.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteOptions {
+    /// Wait until the write is durable (fsync of the log) before returning. Default `true`.
+    /// Without it a write survives a process crash but may be lost in a power cut; it is never
+    /// torn, and writes are recovered in order (a lost write loses every later one too).
+    pub sync: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        WriteOptions { sync: true }
+    }
+}
+
+impl WriteOptions {
+    /// Options for a write that does not wait for fsync.
+    pub fn no_sync() -> Self {
+        WriteOptions { sync: false }
+    }
+}
+
+/// What readers need: the memtables and the version, swapped atomically as a whole.
+pub(crate) struct SuperVersion {
+    pub mem: Arc<Memtable>,
+    /// Frozen memtables, newest first.
+    pub imms: Vec<Arc<Memtable>>,
+    pub version: Arc<Version>,
+}
+
+impl SuperVersion {
+    /// Every fragmented tombstone set, for coverage queries.
+    pub fn tombstone_sets(&self) -> Vec<Arc<FragmentedTombstones>> {
+        let mut sets: Vec<Arc<FragmentedTombstones>> =
+            self.imms.iter().chain(std::iter::once(&self.mem)).filter_map(|m| m.fragmented_tombstones()).collect();
+        if !self.version.fragmented.is_empty() {
+            sets.push(self.version.fragmented.clone());
+        }
+        sets
+    }
+}
+
+/// State changed by flushes, compactions and memtable switches (under `DbInner::state`).
+pub(crate) struct State {
+    pub mem: Arc<Memtable>,
+    /// Frozen memtables waiting for flush, oldest first.
+    pub imms: VecDeque<Arc<Memtable>>,
+    pub version: Arc<Version>,
+    pub manifest: ManifestWriter,
+    pub next_file_no: u64,
+    /// Tables being compacted.
+    pub compacting: HashSet<u64>,
+    pub l0_compacting: bool,
+    pub running_compactions: usize,
+    pub flushing: bool,
+    /// Per level, the largest user key of the last table compacted (round-robin picking).
+    pub compact_pointer: Vec<Vec<u8>>,
+}
+
+impl State {
+    pub fn alloc_file_no(&mut self) -> u64 {
+        let n = self.next_file_no;
+        self.next_file_no += 1;
+        n
+    }
+}
+
+/// The write-ahead log being appended to.
+pub(crate) struct Wal {
+    pub writer: LogWriter,
+}
+
+/// Shared engine state; background threads and handles hold an `Arc` of it.
+pub(crate) struct DbInner {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub storage: Arc<dyn Storage>,
+    pub table_cache: Arc<TableCache>,
+    pub block_cache: Arc<BlockCache>,
+    pub cleaner: Arc<Cleaner>,
+    pub state: Mutex<State>,
+    /// Signalled when background work finishes or is needed, and on shutdown.
+    pub bg_cv: Condvar,
+    pub sv: ArcSwap<SuperVersion>,
+    visible: AtomicU64,
+    pub queue: WriteQueue,
+    pub wal: Mutex<Wal>,
+    pub snapshots: SnapshotList,
+    poisoned: AtomicBool,
+    poison_reason: Mutex<Option<String>>,
+    pub shutting_down: AtomicBool,
+    pub counters: Counters,
+    _lock: Box<dyn FileLock>,
+}
+
+impl DbInner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        dir: PathBuf,
+        opts: Options,
+        storage: Arc<dyn Storage>,
+        table_cache: Arc<TableCache>,
+        block_cache: Arc<BlockCache>,
+        cleaner: Arc<Cleaner>,
+        state: State,
+        wal: Wal,
+        last_seq: SeqNo,
+        lock: Box<dyn FileLock>,
+    ) -> Self {
+        let sv = SuperVersion { mem: state.mem.clone(), imms: Vec::new(), version: state.version.clone() };
+        DbInner {
+            dir,
+            opts,
+            storage,
+            table_cache,
+            block_cache,
+            cleaner,
+            state: Mutex::new(state),
+            bg_cv: Condvar::new(),
+            sv: ArcSwap::from_pointee(sv),
+            visible: AtomicU64::new(last_seq),
+            queue: WriteQueue::default(),
+            wal: Mutex::new(wal),
+            snapshots: SnapshotList::default(),
+            poisoned: AtomicBool::new(false),
+            poison_reason: Mutex::new(None),
+            shutting_down: AtomicBool::new(false),
+            counters: Counters::default(),
+            _lock: lock,
+        }
+    }
+
+    /// The highest sequence number whose write is complete and visible.
+    pub fn visible_seq(&self) -> SeqNo {
+        self.visible.load(Ordering::Acquire)
+    }
+
+    pub fn set_visible_seq(&self, seq: SeqNo) {
+        self.visible.store(seq, Ordering::Release);
+    }
+
+    /// Refuses all further writes.
+    pub fn poison(&self, reason: String) {
+        let mut r = self.poison_reason.lock();
+        if r.is_none() {
+            *r = Some(reason);
+        }
+        self.poisoned.store(true, Ordering::Release);
+        self.bg_cv.notify_all();
+    }
+
+    pub fn check_poisoned(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            let why = self.poison_reason.lock().clone().unwrap_or_default();
+            return Err(Error::Poisoned(why));
+        }
+        if self.shutting_down.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        Ok(())
+    }
+
+    pub fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Publishes a new super version from `state`.
+    pub fn install_super_version(&self, state: &State) {
+        self.sv.store(Arc::new(SuperVersion {
+            mem: state.mem.clone(),
+            imms: state.imms.iter().rev().cloned().collect(),
+            version: state.version.clone(),
+        }));
+    }
+
+    /// The newest version of `user_key` at or below `seq` in `sv`, ignoring range tombstones.
+    pub(crate) fn find_version(&self, sv: &SuperVersion, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
+        if let Some(f) = sv.mem.get(user_key, seq) {
+            return Ok(Some(f));
+        }
+        for m in &sv.imms {
+            if let Some(f) = m.get(user_key, seq) {
+                return Ok(Some(f));
+            }
+        }
+        let lookup = key::lookup_key(user_key, seq);
+        let v = &sv.version;
+        for f in &v.levels[0] {
+            if f.info.smallest_user() <= user_key
+                && user_key <= f.info.largest_user()
+                && let Some(found) = self.table_get(f.no(), user_key, &lookup)?
+            {
+                return Ok(Some(found));
+            }
+        }
+        for level in 1..v.levels.len() {
+            if let Some(f) = v.file_for_key(level, user_key)
+                && let Some(found) = self.table_get(f.no(), user_key, &lookup)?
+            {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    fn table_get(&self, file_no: u64, user_key: &[u8], lookup: &[u8]) -> Result<Option<Found>> {
+        let t = self.table_cache.get(file_no)?;
+        let Some((ikey, value)) = t.get(user_key, lookup)? else { return Ok(None) };
+        let parsed = key::parse_internal_key(&ikey).ok_or_else(|| {
+            Error::corruption(TableCache::table_path(&self.dir, file_no), 0, "entry with a malformed internal key")
+        })?;
+        Ok(Some(Found { seq: parsed.seq, kind: parsed.kind, value }))
+    }
+
+    /// Point read at `seq`.
+    pub(crate) fn get_at(&self, user_key: &[u8], seq: SeqNo) -> Result<Option<Bytes>> {
+        let sv = self.sv.load();
+        let Some(found) = self.find_version(&sv, user_key, seq)? else { return Ok(None) };
+        if found.kind == ValueKind::Delete {
+            return Ok(None);
+        }
+        let covering = sv.tombstone_sets().iter().filter_map(|s| s.max_covering(user_key, seq)).max();
+        if covering.is_some_and(|t| t > found.seq) {
+            return Ok(None);
+        }
+        Ok(Some(found.value))
+    }
+
+    /// Sequence number of the newest change to `user_key` (a put, delete or covering range
+    /// delete), for transaction validation. Runs with the write queue held.
+    pub(crate) fn latest_change(&self, sv: &SuperVersion, user_key: &[u8]) -> Result<Option<SeqNo>> {
+        let point = self.find_version(sv, user_key, MAX_SEQ)?.map(|f| f.seq);
+        let range = sv.tombstone_sets().iter().filter_map(|s| s.max_covering(user_key, MAX_SEQ)).max();
+        Ok(point.max(range))
+    }
+}
+
+/// An open database. Cheap to clone; all clones share one engine. The engine shuts down (and
+/// syncs its log) when the last clone is dropped or [`Db::close`] is called.
+#[derive(Clone)]
+pub struct Db {
+    handle: Arc<Handle>,
+}
+
+struct Handle {
+    inner: Arc<DbInner>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let _ = shutdown(&self.inner, &self.threads);
+    }
+}
+
+fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Result<()> {
+    if inner.shutting_down.swap(true, Ordering::AcqRel) {
+        return Ok(());
+    }
+    {
+        let _st = inner.state.lock();
+        inner.bg_cv.notify_all();
+    }
+    for t in threads.lock().drain(..) {
+        let _ = t.join();
+    }
+    if inner.is_poisoned() {
+        return Ok(());
+    }
+    // Make writes that did not ask for fsync durable on a clean close.
+    let mut wal = inner.wal.lock();
+    wal.writer.sync()
+}
+
+impl Db {
+    /// Opens (or creates) the database in directory `path` on the real file system.
+    pub fn open(path: impl AsRef<Path>, opts: Options) -> Result<Db> {
+        Db::open_with_storage(path, opts, Arc::new(crate::FsStorage::new()))
+    }
+
+    /// Opens the database on the given storage (e.g. [`crate::MemStorage`] in tests).
+    pub fn open_with_storage(path: impl AsRef<Path>, opts: Options, storage: Arc<dyn Storage>) -> Result<Db> {
+        let inner = Arc::new(crate::recovery::open(path.as_ref(), opts, storage)?);
+        let threads = crate::background::spawn(&inner)?;
+        let db = Db { handle: Arc::new(Handle { inner, threads: Mutex::new(threads) }) };
+        // Recovery may have left more level-0 tables than the trigger allows.
+        db.inner().bg_cv.notify_all();
+        Ok(db)
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<DbInner> {
+        &self.handle.inner
+    }
+
+    /// The database directory.
+    pub fn path(&self) -> &Path {
+        &self.inner().dir
+    }
+
+    /// Sets `key` to `value`, durably.
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.put(key, value)?;
+        self.write(b)
+    }
+
+    /// Removes `key`, durably.
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete(key)?;
+        self.write(b)
+    }
+
+    /// Removes every key in `[start, end)`, durably. Costs one log record whatever the range
+    /// holds; the data is dropped by later compactions.
+    pub fn delete_range(&self, start: impl AsRef<[u8]>, end: impl AsRef<[u8]>) -> Result<()> {
+        let mut b = WriteBatch::new();
+        b.delete_range(start, end)?;
+        self.write(b)
+    }
+
+    /// Applies a batch atomically and durably.
+    pub fn write(&self, batch: WriteBatch) -> Result<()> {
+        self.write_opt(batch, WriteOptions::default())
+    }
+
+    /// Applies a batch atomically with the given options.
+    pub fn write_opt(&self, batch: WriteBatch, opts: WriteOptions) -> Result<()> {
+        self.write_request(WriteRequest { batch, sync: opts.sync, validation: None })
+    }
+
+    pub(crate) fn write_request(&self, req: WriteRequest) -> Result<()> {
+        let inner = self.inner();
+        inner.check_poisoned()?;
+        if req.batch.is_empty() && req.validation.is_none() {
+            return Ok(());
+        }
+        inner.queue.write(req, |group| crate::write::lead_group(inner, group))
+    }
+
+    /// Reads the current value of `key`.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        let inner = self.inner();
+        inner.get_at(key.as_ref(), inner.visible_seq())
+    }
+
+    /// Whether `key` has a value.
+    pub fn contains_key(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        Ok(self.get(key)?.is_some())
+    }
+
+    /// Takes a snapshot of the current state.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot::new(self.inner().clone())
+    }
+
+    /// Iterates over a key range (double-ended: `.rev()` scans backwards).
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        let inner = self.inner();
+        Iter::new(inner, inner.visible_seq(), range)
+    }
+
+    /// Iterates over every key starting with `prefix`.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
+        let inner = self.inner();
+        Iter::prefix(inner, inner.visible_seq(), prefix.as_ref())
+    }
+
+    /// Iterates over every key.
+    pub fn iter(&self) -> Iter {
+        self.range::<&[u8], _>(..)
+    }
+
+    /// Starts an optimistic transaction reading at a snapshot taken now.
+    pub fn transaction(&self) -> Transaction {
+        Transaction::new(self.clone())
+    }
+
+    /// Freezes the memtable and waits until every frozen memtable is flushed to a table.
+    pub fn flush(&self) -> Result<()> {
+        let inner = self.inner();
+        inner.check_poisoned()?;
+        {
+            let mut wal = inner.wal.lock();
+            crate::write::switch_memtable(inner, &mut wal, true)?;
+        }
+        let mut st = inner.state.lock();
+        while !st.imms.is_empty() {
+            inner.check_poisoned()?;
+            inner.bg_cv.wait(&mut st);
+        }
+        Ok(())
+    }
+
+    /// Waits until no compaction is running or needed.
+    pub fn wait_for_compactions(&self) -> Result<()> {
+        let inner = self.inner();
+        let mut st = inner.state.lock();
+        loop {
+            inner.check_poisoned()?;
+            let idle = st.imms.is_empty()
+                && st.running_compactions == 0
+                && crate::compaction::needs_compaction(&inner.opts, &st).is_none();
+            if idle {
+                return Ok(());
+            }
+            inner.bg_cv.wait(&mut st);
+        }
+    }
+
+    /// Flushes the memtable and compacts every level down to the bottom, dropping overwritten
+    /// versions and deleted keys that no snapshot needs (like RocksDB's full `CompactRange`).
+    pub fn compact_all(&self) -> Result<()> {
+        self.flush()?;
+        crate::compaction::compact_all(self.inner())
+    }
+
+    /// Engine statistics (levels, memtables, caches, bytes written).
+    pub fn stats(&self) -> Stats {
+        crate::stats::collect(self.inner())
+    }
+
+    /// Checks every table's blocks and checksums; returns the number of entries checked.
+    pub fn verify(&self) -> Result<u64> {
+        let sv = self.inner().sv.load_full();
+        let mut n = 0;
+        for f in sv.version.levels.iter().flatten() {
+            n += self.inner().table_cache.get(f.no())?.verify()?;
+        }
+        Ok(n)
+    }
+
+    /// Shuts the engine down: stops background work and syncs the log. Other clones of this
+    /// handle get [`Error::Closed`] afterwards.
+    pub fn close(self) -> Result<()> {
+        shutdown(&self.handle.inner, &self.handle.threads)
+    }
+}

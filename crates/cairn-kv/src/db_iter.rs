@@ -1,0 +1,275 @@
+//! [`Iter`]: the user-facing range iterator. It merges every source of a super version, keeps
+//! the newest version of each key visible at its sequence number, hides deleted keys, and can
+//! be consumed from both ends (a second merged cursor serves `next_back`).
+
+use std::ops::{Bound, RangeBounds};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::db::{DbInner, SuperVersion};
+use crate::iter::InternalIterator;
+use crate::key::{self, MAX_SEQ, SeqNo, ValueKind};
+use crate::merge_iter::{LevelIter, MergingIterator};
+use crate::range_del::FragmentedTombstones;
+use crate::{Error, Result};
+
+/// A key-value pair returned by iterators.
+pub type KvPair = (Bytes, Bytes);
+
+/// What both cursors of an iterator share.
+struct Shared {
+    inner: Arc<DbInner>,
+    sv: Arc<SuperVersion>,
+    seq: SeqNo,
+    lower: Bound<Vec<u8>>,
+    upper: Bound<Vec<u8>>,
+    tombstones: Option<FragmentedTombstones>,
+}
+
+impl Shared {
+    fn merged(&self) -> Result<MergingIterator> {
+        let sv = &self.sv;
+        let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+        children.push(Box::new(sv.mem.iter()));
+        for m in &sv.imms {
+            children.push(Box::new(m.iter()));
+        }
+        let (lo, hi) = (bound_slice(&self.lower), bound_slice(&self.upper));
+        for f in &sv.version.levels[0] {
+            let below = hi.is_some_and(|h| f.info.smallest_user() > h);
+            let above = lo.is_some_and(|l| f.info.largest_user() < l);
+            if !below && !above {
+                children.push(Box::new(self.inner.table_cache.get(f.no())?.iter()));
+            }
+        }
+        for files in sv.version.levels.iter().skip(1) {
+            let files: Vec<_> = files
+                .iter()
+                .filter(|f| {
+                    hi.is_none_or(|h| f.info.smallest_user() <= h) && lo.is_none_or(|l| f.info.largest_user() >= l)
+                })
+                .cloned()
+                .collect();
+            if !files.is_empty() {
+                children.push(Box::new(LevelIter::new(files, self.inner.table_cache.clone())));
+            }
+        }
+        Ok(MergingIterator::new(children))
+    }
+
+    fn deleted(&self, user_key: &[u8], seq: SeqNo) -> bool {
+        self.tombstones.as_ref().and_then(|t| t.max_covering(user_key, self.seq)).is_some_and(|t| t > seq)
+    }
+
+    fn above_upper(&self, k: &[u8]) -> bool {
+        match &self.upper {
+            Bound::Included(u) => k > u.as_slice(),
+            Bound::Excluded(u) => k >= u.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+
+    fn below_lower(&self, k: &[u8]) -> bool {
+        match &self.lower {
+            Bound::Included(l) => k < l.as_slice(),
+            Bound::Excluded(l) => k <= l.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+}
+
+fn bound_slice(b: &Bound<Vec<u8>>) -> Option<&[u8]> {
+    match b {
+        Bound::Included(v) | Bound::Excluded(v) => Some(v),
+        Bound::Unbounded => None,
+    }
+}
+
+fn corrupt(ikey: &[u8]) -> Error {
+    Error::corruption("", 0, format!("iterator met a malformed internal key of {} bytes", ikey.len()))
+}
+
+/// An iterator over `(key, value)` pairs in key order; `.rev()` or `next_back` walk backwards.
+/// Items are `Result`s: an I/O error or corruption ends the iteration after being returned.
+pub struct Iter {
+    shared: Arc<Shared>,
+    front: Option<MergingIterator>,
+    back: Option<MergingIterator>,
+    /// Last key returned from each end; the ends stop when they meet.
+    front_key: Option<Bytes>,
+    back_key: Option<Bytes>,
+    done: bool,
+}
+
+impl Iter {
+    pub(crate) fn new<K: AsRef<[u8]>, R: RangeBounds<K>>(inner: &Arc<DbInner>, seq: SeqNo, range: R) -> Iter {
+        let own = |b: Bound<&K>| match b {
+            Bound::Included(k) => Bound::Included(k.as_ref().to_vec()),
+            Bound::Excluded(k) => Bound::Excluded(k.as_ref().to_vec()),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Iter::with_bounds(inner, seq, own(range.start_bound()), own(range.end_bound()))
+    }
+
+    pub(crate) fn prefix(inner: &Arc<DbInner>, seq: SeqNo, prefix: &[u8]) -> Iter {
+        let upper = match prefix_successor(prefix) {
+            Some(s) => Bound::Excluded(s),
+            None => Bound::Unbounded,
+        };
+        Iter::with_bounds(inner, seq, Bound::Included(prefix.to_vec()), upper)
+    }
+
+    fn with_bounds(inner: &Arc<DbInner>, seq: SeqNo, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Iter {
+        let sv = inner.sv.load_full();
+        let sets = sv.tombstone_sets();
+        let tombstones = if sets.is_empty() {
+            None
+        } else {
+            let all: Vec<_> = sv
+                .imms
+                .iter()
+                .chain(std::iter::once(&sv.mem))
+                .flat_map(|m| m.range_tombstones())
+                .chain(sv.version.tombstones.iter().cloned())
+                .filter(|t| t.seq <= seq)
+                .collect();
+            Some(FragmentedTombstones::new(&all))
+        };
+        let shared = Arc::new(Shared { inner: inner.clone(), sv, seq, lower, upper, tombstones });
+        Iter { shared, front: None, back: None, front_key: None, back_key: None, done: false }
+    }
+
+    fn step_front(&mut self) -> Result<Option<KvPair>> {
+        let sh = self.shared.clone();
+        if self.front.is_none() {
+            let mut m = sh.merged()?;
+            match &sh.lower {
+                Bound::Included(k) | Bound::Excluded(k) => m.seek(&key::lookup_key(k, MAX_SEQ))?,
+                Bound::Unbounded => m.seek_to_first()?,
+            }
+            self.front = Some(m);
+        }
+        let Some(m) = self.front.as_mut() else { return Ok(None) };
+        while m.valid() {
+            let p = key::parse_internal_key(m.key()).ok_or_else(|| corrupt(m.key()))?;
+            if sh.above_upper(p.user_key) {
+                return Ok(None);
+            }
+            if p.seq > sh.seq || sh.below_lower(p.user_key) {
+                m.next()?;
+                continue;
+            }
+            // The newest visible version of this key; skip its older versions.
+            let uk = Bytes::copy_from_slice(p.user_key);
+            let (seq, kind) = (p.seq, p.kind);
+            let value = Bytes::copy_from_slice(m.value());
+            m.next()?;
+            while m.valid() && key::user_key(m.key()) == uk.as_ref() {
+                m.next()?;
+            }
+            if kind == ValueKind::Put && !sh.deleted(&uk, seq) {
+                return Ok(Some((uk, value)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn step_back(&mut self) -> Result<Option<KvPair>> {
+        let sh = self.shared.clone();
+        if self.back.is_none() {
+            let mut m = sh.merged()?;
+            match &sh.upper {
+                Bound::Included(k) => m.seek_for_prev(&key::internal_key(k, 0, 0))?,
+                Bound::Excluded(k) => m.seek_for_prev(&key::lookup_key(k, MAX_SEQ))?,
+                Bound::Unbounded => m.seek_to_last()?,
+            }
+            self.back = Some(m);
+        }
+        let Some(m) = self.back.as_mut() else { return Ok(None) };
+        while m.valid() {
+            let p = key::parse_internal_key(m.key()).ok_or_else(|| corrupt(m.key()))?;
+            if sh.below_lower(p.user_key) {
+                return Ok(None);
+            }
+            let uk = Bytes::copy_from_slice(p.user_key);
+            // Walking backwards meets a key's versions oldest first: the last visible one seen
+            // is the newest.
+            let mut best: Option<(SeqNo, ValueKind, Bytes)> = None;
+            while m.valid() && key::user_key(m.key()) == uk.as_ref() {
+                let p = key::parse_internal_key(m.key()).ok_or_else(|| corrupt(m.key()))?;
+                if p.seq <= sh.seq {
+                    best = Some((p.seq, p.kind, Bytes::copy_from_slice(m.value())));
+                }
+                m.prev()?;
+            }
+            if sh.above_upper(&uk) {
+                continue;
+            }
+            if let Some((seq, ValueKind::Put, value)) = best
+                && !sh.deleted(&uk, seq)
+            {
+                return Ok(Some((uk, value)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Iterator for Iter {
+    type Item = Result<KvPair>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.step_front() {
+            Ok(Some(kv)) if self.back_key.as_ref().is_none_or(|b| kv.0 < *b) => {
+                self.front_key = Some(kv.0.clone());
+                Some(Ok(kv))
+            }
+            Ok(_) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+impl DoubleEndedIterator for Iter {
+    fn next_back(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.step_back() {
+            Ok(Some(kv)) if self.front_key.as_ref().is_none_or(|f| kv.0 > *f) => {
+                self.back_key = Some(kv.0.clone());
+                Some(Ok(kv))
+            }
+            Ok(_) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix`, if any.
+pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+    let mut s = prefix.to_vec();
+    while let Some(last) = s.pop() {
+        if last < 0xFF {
+            s.push(last + 1);
+            return Some(s);
+        }
+    }
+    None
+}

@@ -1,0 +1,230 @@
+//! Writing sorted entries into SSTables: the shared version filter (which versions a flush or
+//! compaction may drop), the output writer that cuts tables at a target size, and the flush of
+//! a frozen memtable.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::error::IoContext;
+use crate::iter::InternalIterator;
+use crate::key::{self, SeqNo, ValueKind};
+use crate::memtable::Memtable;
+use crate::options::TableOptions;
+use crate::range_del::FragmentedTombstones;
+use crate::storage::Storage;
+use crate::table_builder::TableBuilder;
+use crate::table_cache::TableCache;
+use crate::version_edit::FileInfo;
+use crate::{Error, Options, Result};
+
+/// Decides which versions survive a flush or compaction.
+///
+/// Versions are grouped in *stripes* by the live snapshots: two versions of a key are in the
+/// same stripe when no snapshot lies between them, and only the newest of a stripe can be seen.
+pub(crate) struct VersionFilter<'a> {
+    snapshots: &'a [SeqNo],
+    /// No older data for these keys exists below the output (point tombstones can go).
+    bottommost: bool,
+    tombstones: Option<&'a FragmentedTombstones>,
+    cur_key: Vec<u8>,
+    has_key: bool,
+    last_stripe: usize,
+    /// Whether an entry hidden by a range tombstone had to be kept for a snapshot.
+    kept_covered: bool,
+}
+
+impl<'a> VersionFilter<'a> {
+    pub fn new(snapshots: &'a [SeqNo], bottommost: bool, tombstones: Option<&'a FragmentedTombstones>) -> Self {
+        VersionFilter {
+            snapshots,
+            bottommost,
+            tombstones,
+            cur_key: Vec::new(),
+            has_key: false,
+            last_stripe: 0,
+            kept_covered: false,
+        }
+    }
+
+    /// The promise the output may make: every tombstone up to `max_seq` (the highest one the
+    /// filter knew) was applied, unless a hidden entry had to be kept.
+    pub fn tombstones_applied(&self, max_seq: SeqNo) -> SeqNo {
+        if self.kept_covered { 0 } else { max_seq }
+    }
+
+    fn stripe(&self, seq: SeqNo) -> usize {
+        self.snapshots.partition_point(|&s| s < seq)
+    }
+
+    /// Whether the entry (internal keys arrive in order) must be written out.
+    pub fn keep(&mut self, ikey: &[u8]) -> bool {
+        let Some(p) = key::parse_internal_key(ikey) else { return true };
+        let stripe = self.stripe(p.seq);
+        if !self.has_key || self.cur_key != p.user_key {
+            self.cur_key.clear();
+            self.cur_key.extend_from_slice(p.user_key);
+            self.has_key = true;
+        } else if stripe == self.last_stripe {
+            return false; // a newer version in the same stripe hides it
+        }
+        self.last_stripe = stripe;
+        if let Some(t) = self.tombstones.and_then(|t| t.min_covering_above(p.user_key, p.seq)) {
+            if self.stripe(t) == stripe {
+                return false; // deleted by a range tombstone no snapshot sees past
+            }
+            self.kept_covered = true;
+        }
+        // A point tombstone with nothing older below and no snapshot before it has done its job.
+        !(p.kind == ValueKind::Delete && self.bottommost && stripe == 0)
+    }
+}
+
+/// Writes a sorted stream into one or more tables.
+pub(crate) struct TableOutput<'a> {
+    storage: &'a Arc<dyn Storage>,
+    dir: &'a Path,
+    topts: TableOptions,
+    target_size: u64,
+    builder: Option<TableBuilder>,
+    last_user_key: Vec<u8>,
+    pub finished: Vec<FileInfo>,
+    pub bytes_written: u64,
+}
+
+impl<'a> TableOutput<'a> {
+    pub fn new(storage: &'a Arc<dyn Storage>, dir: &'a Path, opts: &Options, target_size: u64) -> Self {
+        TableOutput {
+            storage,
+            dir,
+            topts: TableOptions::from(opts),
+            target_size,
+            builder: None,
+            last_user_key: Vec::new(),
+            finished: Vec::new(),
+            bytes_written: 0,
+        }
+    }
+
+    /// Adds an entry, starting a new table (numbered by `alloc`) when needed. Tables are only
+    /// cut between user keys, so one key's versions never span two tables of a level.
+    pub fn add(&mut self, ikey: &[u8], value: &[u8], alloc: &mut dyn FnMut() -> u64) -> Result<()> {
+        let uk = key::user_key(ikey);
+        if let Some(b) = &self.builder
+            && b.estimated_size() >= self.target_size
+            && uk != self.last_user_key.as_slice()
+        {
+            self.finish_current()?;
+        }
+        if self.builder.is_none() {
+            let no = alloc();
+            let path = TableCache::table_path(self.dir, no);
+            let file = self.storage.create(&path).at(&path)?;
+            self.builder = Some(TableBuilder::new(file, path, self.topts));
+            self.finished.push(FileInfo {
+                file_no: no,
+                size: 0,
+                smallest: Default::default(),
+                largest: Default::default(),
+                min_seq: 0,
+                max_seq: 0,
+                num_entries: 0,
+                num_deletions: 0,
+                tombstones_applied: 0,
+            });
+        }
+        if let Some(b) = self.builder.as_mut() {
+            b.add(ikey, value)?;
+        }
+        self.last_user_key.clear();
+        self.last_user_key.extend_from_slice(uk);
+        Ok(())
+    }
+
+    fn finish_current(&mut self) -> Result<()> {
+        let Some(b) = self.builder.take() else { return Ok(()) };
+        let t = b.finish()?;
+        let f = self.finished.last_mut().ok_or_else(|| Error::InvalidArgument("no table in progress".into()))?;
+        f.size = t.file_size;
+        f.smallest = t.smallest.into();
+        f.largest = t.largest.into();
+        f.min_seq = t.min_seq;
+        f.max_seq = t.max_seq;
+        f.num_entries = t.num_entries;
+        f.num_deletions = t.num_deletions;
+        self.bytes_written += t.file_size;
+        Ok(())
+    }
+
+    /// Finishes the last table and makes the new directory entries durable. `applied` is
+    /// recorded in every table as [`FileInfo::tombstones_applied`].
+    pub fn finish(mut self, applied: SeqNo) -> Result<(Vec<FileInfo>, u64)> {
+        self.finish_current()?;
+        for f in &mut self.finished {
+            f.tombstones_applied = applied;
+        }
+        if !self.finished.is_empty() {
+            self.storage.sync_dir(self.dir).at(self.dir)?;
+        }
+        Ok((self.finished, self.bytes_written))
+    }
+}
+
+/// Writes the live content of a frozen memtable as table `file_no`; `None` when nothing
+/// survives the filter. `snapshots` are the live snapshots, ascending.
+pub(crate) fn build_table(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    opts: &Options,
+    file_no: u64,
+    mem: &Arc<Memtable>,
+    snapshots: &[SeqNo],
+) -> Result<Option<FileInfo>> {
+    let frag = mem.fragmented_tombstones();
+    let max_tombstone = mem.range_tombstones().iter().map(|t| t.seq).max().unwrap_or(0);
+    let mut filter = VersionFilter::new(snapshots, false, frag.as_deref());
+    let mut out = TableOutput::new(storage, dir, opts, u64::MAX);
+    let mut it = mem.iter();
+    it.seek_to_first()?;
+    let mut alloc = || file_no;
+    while it.valid() {
+        if filter.keep(it.key()) {
+            out.add(it.key(), it.value(), &mut alloc)?;
+        }
+        it.next()?;
+    }
+    let (files, _) = out.finish(filter.tombstones_applied(max_tombstone))?;
+    Ok(files.into_iter().next())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::internal_key;
+
+    fn run(snaps: &[SeqNo], bottom: bool, entries: &[(&str, SeqNo, ValueKind)]) -> Vec<(String, SeqNo)> {
+        let mut f = VersionFilter::new(snaps, bottom, None);
+        entries
+            .iter()
+            .filter(|(k, s, kind)| f.keep(&internal_key(k.as_bytes(), *s, *kind as u8)))
+            .map(|(k, s, _)| (k.to_string(), *s))
+            .collect()
+    }
+
+    #[test]
+    fn keeps_newest_per_stripe() {
+        use ValueKind::*;
+        let e = [("a", 9, Put), ("a", 7, Put), ("a", 3, Put), ("a", 1, Put), ("b", 2, Put)];
+        assert_eq!(run(&[], false, &e), vec![("a".into(), 9), ("b".into(), 2)]);
+        // A snapshot at 5 still sees a@3.
+        assert_eq!(run(&[5], false, &e), vec![("a".into(), 9), ("a".into(), 3), ("b".into(), 2)]);
+    }
+
+    #[test]
+    fn tombstones_dropped_only_at_bottom_without_snapshots() {
+        use ValueKind::*;
+        let e = [("a", 9, Delete), ("a", 3, Put)];
+        assert_eq!(run(&[], false, &e), vec![("a".into(), 9)]);
+        assert_eq!(run(&[], true, &e), vec![]);
+        assert_eq!(run(&[5], true, &e), vec![("a".into(), 9), ("a".into(), 3)]);
+    }
+}

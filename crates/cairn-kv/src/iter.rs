@@ -1,0 +1,60 @@
+//! The positioned iterator every internal source implements (memtable, block, table, level,
+//! merge). Keys are internal keys (see [`crate::key`]) in internal-key order.
+
+use crate::Result;
+
+/// A bidirectional cursor over internal entries, in the style of LevelDB's `Iterator`.
+///
+/// After any positioning call returns `Ok`, [`InternalIterator::valid`] tells whether the
+/// cursor stands on an entry. `key`/`value` may only be called while valid.
+pub trait InternalIterator: Send {
+    /// Whether the cursor stands on an entry.
+    fn valid(&self) -> bool;
+    /// Moves to the first entry.
+    fn seek_to_first(&mut self) -> Result<()>;
+    /// Moves to the last entry.
+    fn seek_to_last(&mut self) -> Result<()>;
+    /// Moves to the first entry whose internal key is `>= target`.
+    fn seek(&mut self, target: &[u8]) -> Result<()>;
+    /// Moves to the last entry whose internal key is `<= target`.
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()>;
+    /// Moves to the next entry. Requires `valid()`.
+    fn next(&mut self) -> Result<()>;
+    /// Moves to the previous entry. Requires `valid()`.
+    fn prev(&mut self) -> Result<()>;
+    /// The current internal key.
+    fn key(&self) -> &[u8];
+    /// The current value.
+    fn value(&self) -> &[u8];
+}
+
+/// Boxed iterators are iterators.
+impl<I: InternalIterator + ?Sized> InternalIterator for Box<I> {
+    fn valid(&self) -> bool {
+        (**self).valid()
+    }
+    fn seek_to_first(&mut self) -> Result<()> {
+        (**self).seek_to_first()
+    }
+    fn seek_to_last(&mut self) -> Result<()> {
+        (**self).seek_to_last()
+    }
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        (**self).seek(target)
+    }
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        (**self).seek_for_prev(target)
+    }
+    fn next(&mut self) -> Result<()> {
+        (**self).next()
+    }
+    fn prev(&mut self) -> Result<()> {
+        (**self).prev()
+    }
+    fn key(&self) -> &[u8] {
+        (**self).key()
+    }
+    fn value(&self) -> &[u8] {
+        (**self).value()
+    }
+}

@@ -1,0 +1,159 @@
+//! Internal keys: a user key followed by an 8-byte trailer holding the sequence number and the
+//! kind of entry. Internal keys sort by user key ascending, then by sequence number descending,
+//! so the newest version of a key comes first.
+//!
+//! Encoding (see `docs/format/kv.md`): `user_key ++ be_u64((seq << 8) | kind)`.
+
+use std::cmp::Ordering;
+
+/// A sequence number. Only the low 56 bits are usable.
+pub type SeqNo = u64;
+
+/// The largest sequence number that fits in an internal key.
+pub const MAX_SEQ: SeqNo = (1 << 56) - 1;
+
+/// Length of the trailer appended to every user key.
+pub const TRAILER_LEN: usize = 8;
+
+/// What an internal entry says about its key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum ValueKind {
+    /// A point deletion (tombstone).
+    Delete = 0,
+    /// A value.
+    Put = 1,
+}
+
+impl ValueKind {
+    /// Decodes a kind byte.
+    pub fn from_u8(b: u8) -> Option<ValueKind> {
+        match b {
+            0 => Some(ValueKind::Delete),
+            1 => Some(ValueKind::Put),
+            _ => None,
+        }
+    }
+}
+
+/// The kind used when building a lookup key: the highest kind value, so that a lookup key with
+/// sequence `s` sorts before (or at) every entry of the same user key with sequence `<= s`.
+pub const KIND_FOR_SEEK: u8 = 0xFF;
+
+/// Packs a sequence number and a kind into a trailer value.
+#[inline]
+pub fn pack_trailer(seq: SeqNo, kind: u8) -> u64 {
+    debug_assert!(seq <= MAX_SEQ);
+    (seq << 8) | kind as u64
+}
+
+/// Appends the internal key for (`user_key`, `seq`, `kind`) to `out`.
+#[inline]
+pub fn encode_internal_key(out: &mut Vec<u8>, user_key: &[u8], seq: SeqNo, kind: u8) {
+    out.reserve(user_key.len() + TRAILER_LEN);
+    out.extend_from_slice(user_key);
+    out.extend_from_slice(&pack_trailer(seq, kind).to_be_bytes());
+}
+
+/// Returns the internal key for (`user_key`, `seq`, `kind`).
+#[inline]
+pub fn internal_key(user_key: &[u8], seq: SeqNo, kind: u8) -> Vec<u8> {
+    let mut v = Vec::with_capacity(user_key.len() + TRAILER_LEN);
+    encode_internal_key(&mut v, user_key, seq, kind);
+    v
+}
+
+/// The lookup key that finds the newest version of `user_key` visible at `seq`.
+#[inline]
+pub fn lookup_key(user_key: &[u8], seq: SeqNo) -> Vec<u8> {
+    internal_key(user_key, seq, KIND_FOR_SEEK)
+}
+
+/// Splits an internal key. Callers must have validated that `ikey.len() >= TRAILER_LEN`.
+#[inline]
+pub fn user_key(ikey: &[u8]) -> &[u8] {
+    &ikey[..ikey.len() - TRAILER_LEN]
+}
+
+/// The trailer of an internal key (`seq << 8 | kind`).
+#[inline]
+pub fn trailer(ikey: &[u8]) -> u64 {
+    let n = ikey.len();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&ikey[n - TRAILER_LEN..]);
+    u64::from_be_bytes(b)
+}
+
+/// The sequence number of an internal key.
+#[inline]
+pub fn seq_of(ikey: &[u8]) -> SeqNo {
+    trailer(ikey) >> 8
+}
+
+/// The raw kind byte of an internal key.
+#[inline]
+pub fn kind_byte(ikey: &[u8]) -> u8 {
+    (trailer(ikey) & 0xFF) as u8
+}
+
+/// Parsed view of an internal key.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ParsedKey<'a> {
+    /// The user's key.
+    pub user_key: &'a [u8],
+    /// Sequence number.
+    pub seq: SeqNo,
+    /// Entry kind.
+    pub kind: ValueKind,
+}
+
+/// Parses an internal key, returning `None` if it is too short or has an unknown kind.
+#[inline]
+pub fn parse_internal_key(ikey: &[u8]) -> Option<ParsedKey<'_>> {
+    if ikey.len() < TRAILER_LEN {
+        return None;
+    }
+    let t = trailer(ikey);
+    let kind = ValueKind::from_u8((t & 0xFF) as u8)?;
+    Some(ParsedKey { user_key: user_key(ikey), seq: t >> 8, kind })
+}
+
+/// Compares two internal keys: user key ascending, then trailer descending.
+/// Both keys must be at least [`TRAILER_LEN`] bytes long.
+#[inline]
+pub fn compare_internal(a: &[u8], b: &[u8]) -> Ordering {
+    match user_key(a).cmp(user_key(b)) {
+        Ordering::Equal => trailer(b).cmp(&trailer(a)),
+        o => o,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordering_is_user_key_then_newest_first() {
+        let a1 = internal_key(b"a", 1, 1);
+        let a5 = internal_key(b"a", 5, 1);
+        let ab = internal_key(b"ab", 9, 1);
+        let b0 = internal_key(b"b", 0, 0);
+        assert_eq!(compare_internal(&a5, &a1), Ordering::Less);
+        assert_eq!(compare_internal(&a1, &ab), Ordering::Less);
+        assert_eq!(compare_internal(&ab, &b0), Ordering::Less);
+        // A lookup key at seq 5 sorts before the entry at seq 5 and after newer ones.
+        let l5 = lookup_key(b"a", 5);
+        assert_eq!(compare_internal(&l5, &a5), Ordering::Less);
+        assert_eq!(compare_internal(&internal_key(b"a", 6, 1), &l5), Ordering::Less);
+    }
+
+    #[test]
+    fn parse_round_trip() {
+        let k = internal_key(b"hello", 42, ValueKind::Delete as u8);
+        let p = parse_internal_key(&k).unwrap();
+        assert_eq!(p.user_key, b"hello");
+        assert_eq!(p.seq, 42);
+        assert_eq!(p.kind, ValueKind::Delete);
+        assert!(parse_internal_key(b"short").is_none());
+    }
+}

@@ -1,0 +1,100 @@
+//! The MANIFEST (a record log of [`VersionEdit`]s) and the `CURRENT` file naming the live one.
+//!
+//! A new MANIFEST starts with an edit describing the whole version; `CURRENT` is replaced
+//! atomically (write `CURRENT.tmp`, fsync, rename, fsync the directory).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::IoContext;
+use crate::log::{LogTail, LogWriter, read_log};
+use crate::storage::Storage;
+use crate::version_edit::VersionEdit;
+use crate::{Error, Result};
+
+/// Magic of MANIFEST files.
+pub(crate) const MANIFEST_MAGIC: [u8; 8] = *b"CAIRNMAN";
+
+pub(crate) fn manifest_name(no: u64) -> String {
+    format!("MANIFEST-{no:06}")
+}
+
+/// Parses `MANIFEST-000123` into 123.
+pub(crate) fn parse_manifest_name(name: &str) -> Option<u64> {
+    name.strip_prefix("MANIFEST-")?.parse().ok()
+}
+
+/// An open MANIFEST being appended to.
+pub(crate) struct ManifestWriter {
+    log: LogWriter,
+    pub number: u64,
+}
+
+impl ManifestWriter {
+    /// Creates MANIFEST-`number` holding `first` (the full version), syncs it and points
+    /// `CURRENT` at it.
+    pub fn create(storage: &Arc<dyn Storage>, dir: &Path, number: u64, first: &VersionEdit) -> Result<Self> {
+        let path = dir.join(manifest_name(number));
+        let file = storage.create(&path).at(&path)?;
+        let mut log = LogWriter::create(file, path, MANIFEST_MAGIC)?;
+        let mut buf = Vec::new();
+        first.encode(&mut buf);
+        log.add_record(&buf)?;
+        log.sync()?;
+        set_current(storage, dir, number)?;
+        Ok(ManifestWriter { log, number })
+    }
+
+    /// Appends an edit and makes it durable.
+    pub fn append(&mut self, edit: &VersionEdit) -> Result<()> {
+        let mut buf = Vec::new();
+        edit.encode(&mut buf);
+        self.log.add_record(&buf)?;
+        self.log.sync()
+    }
+
+    pub fn len(&self) -> u64 {
+        self.log.len()
+    }
+}
+
+fn set_current(storage: &Arc<dyn Storage>, dir: &Path, number: u64) -> Result<()> {
+    let tmp = dir.join("CURRENT.tmp");
+    let cur = dir.join("CURRENT");
+    let mut f = storage.create(&tmp).at(&tmp)?;
+    f.append(format!("{}\n", manifest_name(number)).as_bytes()).at(&tmp)?;
+    f.sync().at(&tmp)?;
+    drop(f);
+    storage.rename(&tmp, &cur).at(&cur)?;
+    storage.sync_dir(dir).at(dir)
+}
+
+/// Reads `CURRENT` and replays the MANIFEST it names. Returns the manifest number and its edits.
+pub(crate) fn read_current(storage: &Arc<dyn Storage>, dir: &Path) -> Result<(u64, Vec<VersionEdit>)> {
+    let cur = dir.join("CURRENT");
+    let text = storage.read_all(&cur).at(&cur)?;
+    let name = std::str::from_utf8(&text)
+        .ok()
+        .and_then(|s| s.strip_suffix('\n'))
+        .ok_or_else(|| Error::corruption(&cur, 0, "CURRENT is not a MANIFEST name followed by a newline"))?;
+    let number = parse_manifest_name(name)
+        .ok_or_else(|| Error::corruption(&cur, 0, format!("CURRENT names {name:?}, not a MANIFEST")))?;
+    let path: PathBuf = dir.join(name);
+    let data = storage.read_all(&path).at(&path)?;
+    let (records, tail) = read_log(&data, &path, MANIFEST_MAGIC)?;
+    if records.is_empty() {
+        let offset = match tail {
+            LogTail::Torn { offset, .. } => offset,
+            LogTail::Clean => 0,
+        };
+        return Err(Error::corruption(&path, offset, "MANIFEST holds no complete record"));
+    }
+    // A torn tail is the last edit, never acknowledged (its fsync did not return): ignore it.
+    let mut edits = Vec::with_capacity(records.len());
+    for (offset, payload) in records {
+        let e = VersionEdit::decode(&payload)
+            .map_err(|(at, why)| Error::corruption(&path, offset + at as u64, format!("bad version edit: {why}")))?;
+        edits.push(e);
+    }
+    Ok((number, edits))
+}

@@ -1,0 +1,122 @@
+//! Tuning knobs of the engine.
+
+/// Block compression of SSTable data blocks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Compression {
+    /// No compression.
+    None,
+    /// LZ4 (fast; the default).
+    #[default]
+    Lz4,
+    /// Zstandard at the given level (1..=22).
+    Zstd(i32),
+}
+
+/// Options for [`crate::Db::open`]. `Options::default()` suits a general-purpose workload.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Create the database directory if it does not exist (default `true`).
+    pub create_if_missing: bool,
+    /// Fail if the database already exists (default `false`).
+    pub error_if_exists: bool,
+    /// Bytes a memtable may hold before it is frozen and flushed (default 64 MiB).
+    pub memtable_size: usize,
+    /// Frozen memtables that may wait for flush before writers stall (default 2).
+    pub max_immutable_memtables: usize,
+    /// Target uncompressed size of an SSTable data block (default 4 KiB).
+    pub block_size: usize,
+    /// Keys between restart points in a data block (default 16).
+    pub block_restart_interval: usize,
+    /// Bloom filter bits per key; 0 disables filters (default 10).
+    pub bloom_bits_per_key: u32,
+    /// Data block compression (default LZ4).
+    pub compression: Compression,
+    /// Byte budget of the shared block cache (default 64 MiB).
+    pub block_cache_bytes: usize,
+    /// How many SSTables may be held open at once (default 1000).
+    pub max_open_files: usize,
+    /// Size at which compaction output is cut into a new SSTable (default 64 MiB).
+    pub target_file_size: u64,
+    /// Level-0 file count that triggers an L0 to L1 compaction (default 4).
+    pub level0_compaction_trigger: usize,
+    /// Level-0 file count at which each write is delayed (default 20).
+    pub level0_slowdown_trigger: usize,
+    /// Level-0 file count at which writes wait for compaction (default 36).
+    pub level0_stop_trigger: usize,
+    /// Target size of level 1 (default 256 MiB).
+    pub max_bytes_for_level_base: u64,
+    /// Each level below L1 may hold this many times the level above (default 10).
+    pub level_size_multiplier: u64,
+    /// Number of levels, L0 included (default 7).
+    pub num_levels: usize,
+    /// Background threads for compaction; one more thread flushes memtables (default 2).
+    pub compaction_threads: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            create_if_missing: true,
+            error_if_exists: false,
+            memtable_size: 64 << 20,
+            max_immutable_memtables: 2,
+            block_size: 4096,
+            block_restart_interval: 16,
+            bloom_bits_per_key: 10,
+            compression: Compression::Lz4,
+            block_cache_bytes: 64 << 20,
+            max_open_files: 1000,
+            target_file_size: 64 << 20,
+            level0_compaction_trigger: 4,
+            level0_slowdown_trigger: 20,
+            level0_stop_trigger: 36,
+            max_bytes_for_level_base: 256 << 20,
+            level_size_multiplier: 10,
+            num_levels: 7,
+            compaction_threads: 2,
+        }
+    }
+}
+
+impl Options {
+    /// Options with small sizes, so tests exercise flushes and compactions on little data.
+    pub fn small_for_tests() -> Self {
+        Options {
+            memtable_size: 64 << 10,
+            block_size: 1024,
+            block_cache_bytes: 1 << 20,
+            max_open_files: 50,
+            target_file_size: 64 << 10,
+            level0_compaction_trigger: 2,
+            level0_slowdown_trigger: 8,
+            level0_stop_trigger: 12,
+            max_bytes_for_level_base: 256 << 10,
+            level_size_multiplier: 4,
+            ..Options::default()
+        }
+    }
+}
+
+/// Options for building one SSTable, derived from [`Options`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TableOptions {
+    /// Target uncompressed data block size.
+    pub block_size: usize,
+    /// Keys between restart points.
+    pub restart_interval: usize,
+    /// Bloom bits per key (0 = no filter).
+    pub bloom_bits_per_key: u32,
+    /// Data block compression.
+    pub compression: Compression,
+}
+
+impl From<&Options> for TableOptions {
+    fn from(o: &Options) -> Self {
+        TableOptions {
+            block_size: o.block_size,
+            restart_interval: o.block_restart_interval,
+            bloom_bits_per_key: o.bloom_bits_per_key,
+            compression: o.compression,
+        }
+    }
+}

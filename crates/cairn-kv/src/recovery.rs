@@ -1,0 +1,204 @@
+//! Opening a database: lock the directory, replay the MANIFEST named by `CURRENT`, replay the
+//! write-ahead logs newer than the last flush into tables, start a new MANIFEST and WAL, and
+//! delete files no version refers to.
+
+use std::collections::{HashSet, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::batch::{BatchOp, decode_record};
+use crate::block_cache::BlockCache;
+use crate::db::{DbInner, State, Wal};
+use crate::error::IoContext;
+use crate::flush::build_table;
+use crate::key::{SeqNo, ValueKind};
+use crate::log::{LogTail, LogWriter, read_log};
+use crate::manifest::{ManifestWriter, parse_manifest_name, read_current};
+use crate::memtable::Memtable;
+use crate::storage::Storage;
+use crate::table_cache::TableCache;
+use crate::version::{Cleaner, Version};
+use crate::version_edit::VersionEdit;
+use crate::{Error, Options, Result};
+
+/// Magic of write-ahead log files.
+pub(crate) const WAL_MAGIC: [u8; 8] = *b"CAIRNWAL";
+
+pub(crate) fn wal_path(dir: &Path, number: u64) -> PathBuf {
+    dir.join(format!("{number:06}.log"))
+}
+
+fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
+    name.strip_suffix(suffix)?.parse().ok()
+}
+
+fn check_options(o: &Options) -> Result<()> {
+    let bad = |m: &str| Err(Error::InvalidArgument(m.to_string()));
+    if o.num_levels < 2 || o.num_levels > crate::version_edit::MAX_LEVELS {
+        return bad("num_levels must be between 2 and 16");
+    }
+    if o.block_size == 0 || o.block_restart_interval == 0 || o.memtable_size == 0 || o.target_file_size == 0 {
+        return bad("sizes must be positive");
+    }
+    if o.level0_compaction_trigger == 0 || o.level_size_multiplier < 2 {
+        return bad("level0_compaction_trigger must be > 0 and level_size_multiplier >= 2");
+    }
+    Ok(())
+}
+
+pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Result<DbInner> {
+    check_options(&opts)?;
+    let exists = storage.exists(&dir.join("CURRENT"));
+    if !exists && !opts.create_if_missing {
+        return Err(Error::InvalidArgument(format!("no database at {} (create_if_missing is off)", dir.display())));
+    }
+    if exists && opts.error_if_exists {
+        return Err(Error::InvalidArgument(format!("a database already exists at {}", dir.display())));
+    }
+    storage.create_dir_all(dir).at(dir)?;
+    let lock_path = dir.join("LOCK");
+    let lock = storage.lock(&lock_path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => Error::Locked(dir.to_path_buf()),
+        _ => Error::io(&lock_path, e),
+    })?;
+
+    let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
+    let table_cache =
+        Arc::new(TableCache::new(storage.clone(), dir.to_path_buf(), opts.max_open_files.max(1), block_cache.clone()));
+    let cleaner =
+        Arc::new(Cleaner { storage: storage.clone(), dir: dir.to_path_buf(), table_cache: table_cache.clone() });
+
+    // 1. The MANIFEST.
+    let mut version = Version::empty(opts.num_levels);
+    let mut log_number = 0;
+    let mut next_file_no = 1;
+    let mut last_seq: SeqNo = 0;
+    if exists {
+        let (number, edits) = read_current(&storage, dir)?;
+        for e in &edits {
+            version = version.apply(e, &cleaner)?;
+            log_number = e.log_number.unwrap_or(log_number);
+            next_file_no = e.next_file_number.unwrap_or(next_file_no);
+            last_seq = e.last_seq.unwrap_or(last_seq);
+        }
+        version.check_invariants().map_err(|why| Error::corruption(dir.join("CURRENT"), 0, why))?;
+        next_file_no = next_file_no.max(number + 1);
+    }
+    let names = storage.list_dir(dir).at(dir)?;
+    for n in &names {
+        for suffix in [".log", ".sst"] {
+            if let Some(no) = parse_numbered(n, suffix) {
+                next_file_no = next_file_no.max(no + 1);
+            }
+        }
+        if let Some(no) = parse_manifest_name(n) {
+            next_file_no = next_file_no.max(no + 1);
+        }
+    }
+
+    // 2. Replay write-ahead logs not yet flushed, oldest first, into level-0 tables.
+    let mut wals: Vec<u64> =
+        names.iter().filter_map(|n| parse_numbered(n, ".log")).filter(|&n| n >= log_number).collect();
+    wals.sort_unstable();
+    let mut edit = VersionEdit::default();
+    let mut mem = Arc::new(Memtable::new(0));
+    for (i, &no) in wals.iter().enumerate() {
+        let path = wal_path(dir, no);
+        let data = storage.read_all(&path).at(&path)?;
+        let (records, tail) = read_log(&data, &path, WAL_MAGIC)?;
+        if let LogTail::Torn { offset, reason } = tail {
+            // Only the newest log can end in a torn write: older ones were synced before the
+            // next one was started.
+            if i + 1 != wals.len() {
+                return Err(Error::corruption(&path, offset, format!("damaged log record: {reason}")));
+            }
+        }
+        for (offset, payload) in records {
+            let rec = decode_record(&payload)
+                .map_err(|(at, why)| Error::corruption(&path, offset + at as u64, format!("bad write batch: {why}")))?;
+            for (seq, op) in (rec.base_seq..).zip(rec.ops) {
+                match op {
+                    BatchOp::Put(k, v) => mem.insert(k, seq, ValueKind::Put, v),
+                    BatchOp::Delete(k) => mem.insert(k, seq, ValueKind::Delete, &[]),
+                    BatchOp::DeleteRange(s, e) => mem.insert_range_delete(s, e, seq),
+                }
+                last_seq = last_seq.max(seq);
+            }
+            if mem.approximate_bytes() >= opts.memtable_size {
+                flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
+                mem = Arc::new(Memtable::new(0));
+            }
+        }
+    }
+    if !mem.is_empty() {
+        flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
+    }
+    version = version.apply(&edit, &cleaner)?;
+
+    // 3. A new WAL and a new MANIFEST describing everything; CURRENT switches atomically.
+    let wal_no = next_file_no;
+    let manifest_no = next_file_no + 1;
+    next_file_no += 2;
+    let wpath = wal_path(dir, wal_no);
+    let wfile = storage.create(&wpath).at(&wpath)?;
+    let mut writer = LogWriter::create(wfile, wpath, WAL_MAGIC)?;
+    writer.sync()?;
+    let mut first = version.snapshot_edit();
+    first.log_number = Some(wal_no);
+    first.next_file_number = Some(next_file_no);
+    first.last_seq = Some(last_seq);
+    let manifest = ManifestWriter::create(&storage, dir, manifest_no, &first)?;
+
+    // 4. Delete what the new MANIFEST does not name.
+    let live = version.all_file_numbers();
+    remove_unused(&storage, dir, &live, wal_no, manifest_no);
+
+    let state = State {
+        mem: Arc::new(Memtable::new(wal_no)),
+        imms: VecDeque::new(),
+        version: Arc::new(version),
+        manifest,
+        next_file_no,
+        compacting: HashSet::new(),
+        l0_compacting: false,
+        running_compactions: 0,
+        flushing: false,
+        compact_pointer: vec![Vec::new(); opts.num_levels],
+    };
+    let wal = Wal { writer };
+    Ok(DbInner::new(dir.to_path_buf(), opts, storage, table_cache, block_cache, cleaner, state, wal, last_seq, lock))
+}
+
+fn flush_recovered(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+    opts: &Options,
+    mem: &Arc<Memtable>,
+    next_file_no: &mut u64,
+    edit: &mut VersionEdit,
+) -> Result<()> {
+    let no = *next_file_no;
+    *next_file_no += 1;
+    // No snapshot exists while opening.
+    if let Some(info) = build_table(storage, dir, opts, no, mem, &[])? {
+        edit.new_files.push((0, info));
+    }
+    edit.added_tombstones.extend(mem.range_tombstones());
+    Ok(())
+}
+
+fn remove_unused(storage: &Arc<dyn Storage>, dir: &Path, live: &HashSet<u64>, wal_no: u64, manifest_no: u64) {
+    let Ok(names) = storage.list_dir(dir) else { return };
+    for n in names {
+        let remove = match () {
+            _ if n == "CURRENT.tmp" => true,
+            _ if n.ends_with(".sst") => parse_numbered(&n, ".sst").is_some_and(|no| !live.contains(&no)),
+            _ if n.ends_with(".log") => parse_numbered(&n, ".log").is_some_and(|no| no < wal_no),
+            _ => parse_manifest_name(&n).is_some_and(|no| no != manifest_no),
+        };
+        if remove {
+            let _ = storage.remove_file(&dir.join(&n));
+        }
+    }
+    let _ = storage.sync_dir(dir);
+}

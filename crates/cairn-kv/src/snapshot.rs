@@ -1,0 +1,91 @@
+//! Snapshots: a sequence number that reads are pinned to, registered so that compaction keeps
+//! every version the snapshot can still see.
+
+use std::collections::BTreeMap;
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use parking_lot::Mutex;
+
+use crate::Result;
+use crate::db::DbInner;
+use crate::db_iter::Iter;
+use crate::key::SeqNo;
+
+/// The multiset of live snapshot sequence numbers.
+#[derive(Default)]
+pub(crate) struct SnapshotList {
+    seqs: Mutex<BTreeMap<SeqNo, usize>>,
+}
+
+impl SnapshotList {
+    pub fn register(&self, seq: SeqNo) {
+        *self.seqs.lock().entry(seq).or_default() += 1;
+    }
+
+    pub fn release(&self, seq: SeqNo) {
+        let mut m = self.seqs.lock();
+        if let Some(n) = m.get_mut(&seq) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&seq);
+            }
+        }
+    }
+
+    /// Live snapshot sequence numbers, ascending.
+    pub fn list(&self) -> Vec<SeqNo> {
+        self.seqs.lock().keys().copied().collect()
+    }
+}
+
+/// A consistent, read-only view of the database at one point in time.
+///
+/// Reads through a snapshot see every write acknowledged before it was taken and none after.
+/// Dropping it lets compaction discard versions only it could see.
+pub struct Snapshot {
+    pub(crate) inner: Arc<DbInner>,
+    pub(crate) seq: SeqNo,
+}
+
+impl Snapshot {
+    pub(crate) fn new(inner: Arc<DbInner>) -> Snapshot {
+        // Register under the visible sequence; a write racing with us is either fully visible
+        // (its sequence <= the one we read) or not at all.
+        let seq = inner.visible_seq();
+        inner.snapshots.register(seq);
+        Snapshot { inner, seq }
+    }
+
+    /// The sequence number this snapshot reads at.
+    pub fn seq(&self) -> SeqNo {
+        self.seq
+    }
+
+    /// Reads a key as of the snapshot.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        self.inner.get_at(key.as_ref(), self.seq)
+    }
+
+    /// Iterates over a key range as of the snapshot (both directions).
+    pub fn range<K: AsRef<[u8]>, R: RangeBounds<K>>(&self, range: R) -> Iter {
+        Iter::new(&self.inner, self.seq, range)
+    }
+
+    /// Iterates over every key starting with `prefix`, as of the snapshot.
+    pub fn prefix(&self, prefix: impl AsRef<[u8]>) -> Iter {
+        Iter::prefix(&self.inner, self.seq, prefix.as_ref())
+    }
+
+    /// Iterates over every key, as of the snapshot.
+    pub fn iter(&self) -> Iter {
+        self.range::<&[u8], _>(..)
+    }
+}
+
+impl Drop for Snapshot {
+    fn drop(&mut self) {
+        self.inner.snapshots.release(self.seq);
+    }
+}

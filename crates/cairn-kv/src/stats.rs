@@ -1,0 +1,134 @@
+//! Engine counters and the [`Stats`] snapshot returned by [`crate::Db::stats`].
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::db::DbInner;
+
+/// Running counters, updated by the write path and background threads.
+#[derive(Default)]
+pub(crate) struct Counters {
+    user_bytes: AtomicU64,
+    wal_bytes: AtomicU64,
+    flush_bytes: AtomicU64,
+    flushes: AtomicU64,
+    compaction_read: AtomicU64,
+    compaction_written: AtomicU64,
+    compactions: AtomicU64,
+    stall_micros: AtomicU64,
+}
+
+impl Counters {
+    pub fn add_user_bytes(&self, n: u64) {
+        self.user_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn add_wal_bytes(&self, n: u64) {
+        self.wal_bytes.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn add_flush(&self, bytes: u64) {
+        self.flush_bytes.fetch_add(bytes, Ordering::Relaxed);
+        self.flushes.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn add_compaction_bytes(&self, read: u64, written: u64) {
+        self.compaction_read.fetch_add(read, Ordering::Relaxed);
+        self.compaction_written.fetch_add(written, Ordering::Relaxed);
+    }
+    pub fn add_compaction(&self) {
+        self.compactions.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn add_stall(&self, d: Duration) {
+        self.stall_micros.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+}
+
+/// One level of the tree.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LevelStats {
+    /// Tables in the level.
+    pub tables: usize,
+    /// Bytes of those tables.
+    pub bytes: u64,
+}
+
+/// A snapshot of the engine's statistics.
+#[derive(Clone, Debug)]
+pub struct Stats {
+    /// Tables and bytes per level, L0 first.
+    pub levels: Vec<LevelStats>,
+    /// Bytes in the active memtable.
+    pub memtable_bytes: usize,
+    /// Frozen memtables waiting for flush.
+    pub immutable_memtables: usize,
+    /// Range tombstones held by the version.
+    pub range_tombstones: usize,
+    /// Last visible sequence number.
+    pub last_seq: u64,
+    /// Key and value bytes written by users.
+    pub user_bytes_written: u64,
+    /// Bytes appended to the write-ahead log.
+    pub wal_bytes_written: u64,
+    /// Bytes of tables written by flushes, and how many flushes.
+    pub flush_bytes_written: u64,
+    /// Number of memtable flushes.
+    pub flushes: u64,
+    /// Bytes read and written by compactions, and how many compactions ran.
+    pub compaction_bytes_read: u64,
+    /// Bytes written by compactions.
+    pub compaction_bytes_written: u64,
+    /// Number of compactions.
+    pub compactions: u64,
+    /// Time writers spent stalled, in microseconds.
+    pub stall_micros: u64,
+    /// Bytes held by the block cache.
+    pub block_cache_bytes: u64,
+    /// Block cache hits.
+    pub block_cache_hits: u64,
+    /// Block cache misses.
+    pub block_cache_misses: u64,
+    /// Live snapshots.
+    pub snapshots: usize,
+}
+
+impl Stats {
+    /// Bytes written to disk (log, flushes, compactions) per user byte written.
+    pub fn write_amplification(&self) -> f64 {
+        let disk = self.wal_bytes_written + self.flush_bytes_written + self.compaction_bytes_written;
+        if self.user_bytes_written == 0 { 0.0 } else { disk as f64 / self.user_bytes_written as f64 }
+    }
+
+    /// Bytes of all tables.
+    pub fn table_bytes(&self) -> u64 {
+        self.levels.iter().map(|l| l.bytes).sum()
+    }
+}
+
+pub(crate) fn collect(inner: &DbInner) -> Stats {
+    let sv = inner.sv.load_full();
+    let c = &inner.counters;
+    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let cache = inner.block_cache.stats();
+    Stats {
+        levels: sv
+            .version
+            .levels
+            .iter()
+            .map(|files| LevelStats { tables: files.len(), bytes: files.iter().map(|f| f.info.size).sum() })
+            .collect(),
+        memtable_bytes: sv.mem.approximate_bytes(),
+        immutable_memtables: sv.imms.len(),
+        range_tombstones: sv.version.tombstones.len(),
+        last_seq: inner.visible_seq(),
+        user_bytes_written: g(&c.user_bytes),
+        wal_bytes_written: g(&c.wal_bytes),
+        flush_bytes_written: g(&c.flush_bytes),
+        flushes: g(&c.flushes),
+        compaction_bytes_read: g(&c.compaction_read),
+        compaction_bytes_written: g(&c.compaction_written),
+        compactions: g(&c.compactions),
+        stall_micros: g(&c.stall_micros),
+        block_cache_bytes: inner.block_cache.usage_bytes(),
+        block_cache_hits: cache.hits,
+        block_cache_misses: cache.misses,
+        snapshots: inner.snapshots.list().len(),
+    }
+}

@@ -1,0 +1,67 @@
+//! The storage abstraction: every byte the engine reads or writes goes through [`Storage`].
+//!
+//! Implementations: [`crate::FsStorage`] (real files) and [`crate::MemStorage`] (in memory, with
+//! power-cut simulation and fault injection for crash tests).
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A file system as the engine sees it. Paths are absolute or relative to the process.
+pub trait Storage: Send + Sync + 'static {
+    /// Creates a directory and its parents.
+    fn create_dir_all(&self, path: &Path) -> io::Result<()>;
+    /// Creates (or truncates) a file for appending.
+    fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Opens a file for positional reads.
+    fn open_read(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>>;
+    /// Reads a whole file.
+    fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
+        let f = self.open_read(path)?;
+        let len = usize::try_from(f.len()).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "file too large"))?;
+        f.read_at(0, len)
+    }
+    /// Atomically renames `from` to `to`, replacing `to`. Durable after [`Storage::sync_dir`].
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Removes a file. Durable after [`Storage::sync_dir`].
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Names (not paths) of the entries in a directory.
+    fn list_dir(&self, path: &Path) -> io::Result<Vec<String>>;
+    /// Whether a file or directory exists.
+    fn exists(&self, path: &Path) -> bool;
+    /// Makes creations, renames and removals of entries in the directory durable.
+    fn sync_dir(&self, path: &Path) -> io::Result<()>;
+    /// Takes an exclusive advisory lock on `path` (creating it), held until the guard drops.
+    fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>>;
+}
+
+/// A file being written sequentially.
+pub trait WritableFile: Send {
+    /// Appends bytes (may be buffered in the process).
+    fn append(&mut self, data: &[u8]) -> io::Result<()>;
+    /// Hands buffered bytes to the operating system (survives a process crash, not a power cut).
+    fn flush(&mut self) -> io::Result<()>;
+    /// Flushes and makes the file's content durable (`fdatasync`).
+    fn sync(&mut self) -> io::Result<()>;
+    /// Bytes appended so far.
+    fn len(&self) -> u64;
+    /// Whether nothing was appended yet.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A file read at arbitrary offsets, shared between threads.
+pub trait RandomAccessFile: Send + Sync {
+    /// Reads exactly `len` bytes at `offset`; a short file is an `UnexpectedEof` error.
+    fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Length of the file in bytes.
+    fn len(&self) -> u64;
+    /// Whether the file is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Guard of a lock taken with [`Storage::lock`]; dropping it releases the lock.
+pub trait FileLock: Send + Sync {}

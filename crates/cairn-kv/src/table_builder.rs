@@ -1,0 +1,461 @@
+//! Writes an SSTable: sorted internal entries cut into data blocks, then the bloom filter, the
+//! index block and a fixed footer. This file also owns the table's framing constants and the
+//! [`Footer`] codec, shared with [`crate::table_reader`]. Layout: `docs/format/sstable.md`.
+//!
+//! ```text
+//! data block*   block bytes (maybe compressed) ++ tag u8 ++ masked CRC32C u32 LE
+//! filter block  same framing, uncompressed (absent when bloom_bits_per_key == 0)
+//! index block   same framing, uncompressed; key = last internal key of a data block,
+//!               value = varint offset ++ varint size of that block
+//! footer        48 bytes, see [`Footer`]
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use crate::block::BlockHandle;
+use crate::block_builder::BlockBuilder;
+use crate::bloom::BloomBuilder;
+use crate::compression::{BlockCompressor, TAG_NONE};
+use crate::error::IoContext;
+use crate::key::{self, TRAILER_LEN, ValueKind};
+use crate::{Error, MAX_KEY_LEN, MAX_VALUE_LEN, Result, TableOptions, WritableFile};
+
+/// Last 8 bytes of every table (`u64` LE; the bytes on disk read `1STCAIRN`).
+pub const TABLE_MAGIC: u64 = 0x4E52_4941_4354_5331;
+/// The table format version written in the footer.
+pub const FORMAT_VERSION: u32 = 1;
+/// Length of the footer.
+pub const FOOTER_LEN: usize = 48;
+/// Length of the trailer after every block: compression tag and masked checksum.
+pub const BLOCK_TRAILER_LEN: usize = 5;
+/// Data blocks are cut at `min(block_size, MAX_BLOCK_SIZE)` bytes, so that even a block ending
+/// in a maximal entry stays below [`crate::compression::MAX_DECOMPRESSED_LEN`].
+pub const MAX_BLOCK_SIZE: usize = 32 << 20;
+/// Restart interval of index blocks (every entry is a restart point).
+const INDEX_RESTART_INTERVAL: usize = 1;
+
+/// Masks a CRC32C so that a checksum over bytes that embed checksums stays strong.
+pub fn mask_crc(crc: u32) -> u32 {
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
+/// The masked CRC32C stored after a block: over the stored block bytes, then the tag.
+pub fn block_checksum(stored: &[u8], tag: u8) -> u32 {
+    mask_crc(crc32c::crc32c_append(crc32c::crc32c(stored), &[tag]))
+}
+
+/// The fixed-size end of a table: where the filter and index blocks are.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Footer {
+    /// The filter block (`0/0` when the table has none).
+    pub filter: BlockHandle,
+    /// The index block.
+    pub index: BlockHandle,
+}
+
+impl Footer {
+    /// Encodes: filter offset, filter size, index offset, index size (u64 LE each), format
+    /// version (u32 LE), CRC32C of the 36 bytes before it (u32 LE, unmasked), magic (u64 LE).
+    pub fn encode(&self) -> [u8; FOOTER_LEN] {
+        let mut out = [0u8; FOOTER_LEN];
+        let fields = [self.filter.offset, self.filter.size, self.index.offset, self.index.size];
+        for (i, f) in fields.iter().enumerate() {
+            out[8 * i..8 * i + 8].copy_from_slice(&f.to_le_bytes());
+        }
+        out[32..36].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        let crc = crc32c::crc32c(&out[..36]);
+        out[36..40].copy_from_slice(&crc.to_le_bytes());
+        out[40..48].copy_from_slice(&TABLE_MAGIC.to_le_bytes());
+        out
+    }
+
+    /// Decodes and checks a footer read at `offset` of the file at `path`.
+    pub fn decode(buf: &[u8], path: &Path, offset: u64) -> Result<Footer> {
+        let corrupt = |reason: &str| Error::corruption(path, offset, reason);
+        let buf: &[u8; FOOTER_LEN] = buf.try_into().map_err(|_| corrupt("short footer"))?;
+        let u64_at = |i: usize| {
+            u64::from_le_bytes([
+                buf[i],
+                buf[i + 1],
+                buf[i + 2],
+                buf[i + 3],
+                buf[i + 4],
+                buf[i + 5],
+                buf[i + 6],
+                buf[i + 7],
+            ])
+        };
+        let u32_at = |i: usize| u32::from_le_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
+        if u64_at(40) != TABLE_MAGIC {
+            return Err(corrupt("bad table magic (not an SSTable)"));
+        }
+        if u32_at(36) != crc32c::crc32c(&buf[..36]) {
+            return Err(corrupt("footer checksum mismatch"));
+        }
+        let version = u32_at(32);
+        if version != FORMAT_VERSION {
+            return Err(corrupt(&format!("unsupported table format version {version}")));
+        }
+        Ok(Footer {
+            filter: BlockHandle { offset: u64_at(0), size: u64_at(8) },
+            index: BlockHandle { offset: u64_at(16), size: u64_at(24) },
+        })
+    }
+}
+
+/// What a finished table holds, for the manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TableInfo {
+    /// Length of the file in bytes.
+    pub file_size: u64,
+    /// Entries in the table.
+    pub num_entries: u64,
+    /// Smallest internal key (empty for an empty table).
+    pub smallest: Vec<u8>,
+    /// Largest internal key (empty for an empty table).
+    pub largest: Vec<u8>,
+    /// Smallest sequence number (0 for an empty table).
+    pub min_seq: u64,
+    /// Largest sequence number (0 for an empty table).
+    pub max_seq: u64,
+    /// Entries that are point deletions.
+    pub num_deletions: u64,
+}
+
+/// Writes one SSTable. Finish it with [`TableBuilder::finish`]; dropping it leaves a partial
+/// file for the caller to delete.
+pub struct TableBuilder {
+    file: Box<dyn WritableFile>,
+    path: PathBuf,
+    compressor: BlockCompressor,
+    block_size: usize,
+    data_block: BlockBuilder,
+    index_block: BlockBuilder,
+    bloom: Option<BloomBuilder>,
+    offset: u64,
+    info: TableInfo,
+    /// Set after a write failed: the file's state is unknown, so further calls fail.
+    failed: bool,
+}
+
+impl TableBuilder {
+    /// Starts a table written to `file` (named `path` in errors).
+    pub fn new(file: Box<dyn WritableFile>, path: PathBuf, opts: TableOptions) -> Self {
+        TableBuilder {
+            file,
+            path,
+            block_size: opts.block_size.clamp(1, MAX_BLOCK_SIZE),
+            data_block: BlockBuilder::new(opts.restart_interval),
+            index_block: BlockBuilder::new(INDEX_RESTART_INTERVAL),
+            bloom: (opts.bloom_bits_per_key > 0).then(|| BloomBuilder::new(opts.bloom_bits_per_key)),
+            compressor: BlockCompressor::new(opts.compression),
+            offset: 0,
+            info: TableInfo {
+                file_size: 0,
+                num_entries: 0,
+                smallest: Vec::new(),
+                largest: Vec::new(),
+                min_seq: u64::MAX,
+                max_seq: 0,
+                num_deletions: 0,
+            },
+            failed: false,
+        }
+    }
+
+    fn check_usable(&self) -> Result<()> {
+        if self.failed {
+            let e = std::io::Error::other("an earlier write to this table failed");
+            return Err(Error::io(&self.path, e));
+        }
+        Ok(())
+    }
+
+    /// Adds an entry; internal keys must be strictly increasing by
+    /// [`key::compare_internal`] (checked by `debug_assert`).
+    pub fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<()> {
+        self.check_usable()?;
+        if ikey.len() < TRAILER_LEN {
+            return Err(Error::InvalidArgument(format!("internal key of {} bytes", ikey.len())));
+        }
+        if ikey.len() - TRAILER_LEN > MAX_KEY_LEN {
+            return Err(Error::KeyTooLarge { len: ikey.len() - TRAILER_LEN, max: MAX_KEY_LEN });
+        }
+        if value.len() > MAX_VALUE_LEN {
+            return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_LEN });
+        }
+        debug_assert!(
+            self.info.num_entries == 0 || key::compare_internal(&self.info.largest, ikey).is_lt(),
+            "table keys out of order"
+        );
+        if let Some(b) = &mut self.bloom {
+            b.add_key(key::user_key(ikey));
+        }
+        if self.info.num_entries == 0 {
+            self.info.smallest = ikey.to_vec();
+        }
+        self.info.largest.clear();
+        self.info.largest.extend_from_slice(ikey);
+        self.info.num_entries += 1;
+        let seq = key::seq_of(ikey);
+        self.info.min_seq = self.info.min_seq.min(seq);
+        self.info.max_seq = self.info.max_seq.max(seq);
+        if key::kind_byte(ikey) == ValueKind::Delete as u8 {
+            self.info.num_deletions += 1;
+        }
+        self.data_block.add(ikey, value);
+        if self.data_block.estimated_size() >= self.block_size {
+            self.flush_data_block()?;
+        }
+        Ok(())
+    }
+
+    /// Bytes written so far plus the size of the block being built (for cutting output files).
+    pub fn estimated_size(&self) -> u64 {
+        self.offset + self.data_block.estimated_size() as u64
+    }
+
+    /// Entries added so far.
+    pub fn num_entries(&self) -> u64 {
+        self.info.num_entries
+    }
+
+    fn flush_data_block(&mut self) -> Result<()> {
+        let raw = self.data_block.finish();
+        let (tag, stored) = self.compressor.compress_block(&raw);
+        let handle = self.write_block(&stored, tag)?;
+        let mut encoded = Vec::with_capacity(20);
+        handle.encode_to(&mut encoded);
+        self.index_block.add(&self.info.largest, &encoded);
+        Ok(())
+    }
+
+    /// Appends `stored ++ tag ++ checksum` and returns the block's handle.
+    fn write_block(&mut self, stored: &[u8], tag: u8) -> Result<BlockHandle> {
+        let handle = BlockHandle { offset: self.offset, size: stored.len() as u64 };
+        let mut trailer = [tag, 0, 0, 0, 0];
+        trailer[1..].copy_from_slice(&block_checksum(stored, tag).to_le_bytes());
+        let res = self.file.append(stored).and_then(|()| self.file.append(&trailer));
+        if res.is_err() {
+            self.failed = true;
+        }
+        res.at(&self.path)?;
+        self.offset += (stored.len() + BLOCK_TRAILER_LEN) as u64;
+        Ok(handle)
+    }
+
+    /// Writes the last data block, the filter, the index and the footer, then syncs the file.
+    pub fn finish(mut self) -> Result<TableInfo> {
+        self.check_usable()?;
+        if !self.data_block.is_empty() {
+            self.flush_data_block()?;
+        }
+        let mut footer = Footer::default();
+        if let Some(b) = self.bloom.take() {
+            footer.filter = self.write_block(&b.finish(), TAG_NONE)?;
+        }
+        let index = self.index_block.finish();
+        footer.index = self.write_block(&index, TAG_NONE)?;
+        let res = self.file.append(&footer.encode()).and_then(|()| self.file.sync());
+        res.at(&self.path)?;
+        self.offset += FOOTER_LEN as u64;
+        let mut info = self.info;
+        info.file_size = self.offset;
+        if info.num_entries == 0 {
+            info.min_seq = 0;
+        }
+        Ok(info)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn footer_round_trip_and_checks() {
+        let f = Footer { filter: BlockHandle { offset: 100, size: 20 }, index: BlockHandle { offset: 125, size: 33 } };
+        let enc = f.encode();
+        assert_eq!(&enc[40..], b"1STCAIRN");
+        let p = Path::new("f.sst");
+        assert_eq!(Footer::decode(&enc, p, 0).unwrap(), f);
+        for i in 0..FOOTER_LEN {
+            let mut bad = enc;
+            bad[i] ^= 0x10;
+            assert!(Footer::decode(&bad, p, 0).unwrap_err().is_corruption(), "byte {i}");
+        }
+        assert!(Footer::decode(&enc[1..], p, 0).unwrap_err().is_corruption());
+    }
+
+    #[test]
+    fn builders_can_move_to_a_background_thread() {
+        fn check<T: Send>() {}
+        check::<TableBuilder>();
+    }
+
+    #[test]
+    fn mask_is_the_leveldb_mask() {
+        assert_eq!(mask_crc(0), 0xa282_ead8);
+        assert_ne!(mask_crc(1), mask_crc(2));
+        assert_eq!(block_checksum(b"abc", 0), mask_crc(crc32c::crc32c(b"abc\0")));
+    }
+
+    mod round_trip {
+        use std::sync::Arc;
+
+        use proptest::prelude::*;
+
+        use crate::block_cache::BlockCache;
+        use crate::iter::InternalIterator;
+        use crate::key::{self, compare_internal};
+        use crate::table_cache::test_support::{build, open};
+        use crate::{Compression, TableOptions};
+
+        const KINDS: [Compression; 3] = [Compression::None, Compression::Lz4, Compression::Zstd(3)];
+
+        /// `n` even-numbered user keys with 1 to 3 versions each; every 7th version a deletion.
+        fn entries(n: usize) -> Vec<(Vec<u8>, Vec<u8>)> {
+            let mut v = Vec::new();
+            for i in 0..n {
+                for s in 0..(i % 3 + 1) {
+                    let seq = (3 * i + s + 1) as u64;
+                    let kind = u8::from(!seq.is_multiple_of(7));
+                    let ikey = key::internal_key(format!("key{:05}", 2 * i).as_bytes(), seq, kind);
+                    v.push((ikey, format!("value-{i}-{s};").repeat(i % 23).into_bytes()));
+                }
+            }
+            v.sort_by(|a, b| compare_internal(&a.0, &b.0));
+            v
+        }
+
+        fn opts(compression: Compression, bloom: u32, block_size: usize) -> TableOptions {
+            TableOptions { block_size, restart_interval: 4, bloom_bits_per_key: bloom, compression }
+        }
+
+        fn at(it: &impl InternalIterator) -> Option<(Vec<u8>, Vec<u8>)> {
+            it.valid().then(|| (it.key().to_vec(), it.value().to_vec()))
+        }
+
+        #[test]
+        fn tables_round_trip_with_every_compression_and_filter() {
+            let model = entries(400);
+            let mut sizes = Vec::new();
+            for compression in KINDS {
+                for bloom in [0, 10] {
+                    let (data, info) = build(&model, opts(compression, bloom, 512));
+                    assert_eq!(info.file_size, data.len() as u64);
+                    assert_eq!(info.num_entries, model.len() as u64);
+                    assert_eq!(info.smallest, model[0].0);
+                    assert_eq!(info.largest, model[model.len() - 1].0);
+                    assert_eq!((info.min_seq, info.max_seq), (1, 3 * 399 + 1));
+                    let dels = model.iter().filter(|e| key::kind_byte(&e.0) == 0).count();
+                    assert_eq!(info.num_deletions, dels as u64);
+                    sizes.push(data.len());
+                    let cache = Arc::new(BlockCache::new(1 << 20));
+                    let t = open(data, &cache).unwrap();
+                    assert_eq!(t.verify().unwrap(), model.len() as u64);
+                    for i in 0..401 {
+                        let uk = format!("key{:05}", i);
+                        for seq in [0, 1, 3 * i as u64 / 2, 3 * i as u64 / 2 + 1, key::MAX_SEQ] {
+                            let lk = key::lookup_key(uk.as_bytes(), seq);
+                            let pos = model.partition_point(|e| compare_internal(&e.0, &lk).is_lt());
+                            let want = model.get(pos).filter(|e| key::user_key(&e.0) == uk.as_bytes()).cloned();
+                            let got = t.get(uk.as_bytes(), &lk).unwrap();
+                            assert_eq!(got.map(|(k, v)| (k, v.to_vec())), want, "{uk}@{seq}");
+                        }
+                    }
+                    let mut it = t.iter();
+                    for pass in 0..2 {
+                        it.seek_to_first().unwrap();
+                        let mut fwd = Vec::new();
+                        while let Some(e) = at(&it) {
+                            fwd.push(e);
+                            it.next().unwrap();
+                        }
+                        assert_eq!(fwd, model, "pass {pass}");
+                    }
+                    assert!(cache.stats().hits > 0);
+                    it.seek_to_last().unwrap();
+                    let mut back = Vec::new();
+                    while let Some(e) = at(&it) {
+                        back.push(e);
+                        it.prev().unwrap();
+                    }
+                    back.reverse();
+                    assert_eq!(back, model);
+                }
+            }
+            // Compressed tables are smaller; the filter costs space.
+            assert!(sizes[2] < sizes[0] && sizes[4] < sizes[0], "{sizes:?}");
+            assert!(sizes[1] > sizes[0]);
+        }
+
+        #[test]
+        fn empty_table() {
+            let (data, info) = build(&[], opts(Compression::Lz4, 10, 512));
+            assert_eq!((info.num_entries, info.min_seq, info.max_seq), (0, 0, 0));
+            let t = open(data, &Arc::new(BlockCache::new(0))).unwrap();
+            assert_eq!(t.verify().unwrap(), 0);
+            assert!(t.get(b"a", &key::lookup_key(b"a", 1)).unwrap().is_none());
+            let mut it = t.iter();
+            it.seek_to_first().unwrap();
+            assert!(!it.valid());
+            it.seek_for_prev(&key::lookup_key(b"z", 1)).unwrap();
+            assert!(!it.valid());
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(48))]
+            #[test]
+            fn iterator_walks_match_the_model(
+                n in 0usize..120,
+                kind in 0usize..3,
+                bloom in prop::sample::select(vec![0u32, 10]),
+                block_size in 32usize..700,
+                ops in proptest::collection::vec((0u8..6, 0usize..250, 0u64..400), 1..60),
+            ) {
+                let model = entries(n);
+                let (data, _) = build(&model, opts(KINDS[kind], bloom, block_size));
+                let t = open(data, &Arc::new(BlockCache::new(4096))).unwrap();
+                let mut it = t.iter();
+                let mut pos: Option<usize> = None;
+                for (op, k, seq) in ops {
+                    let target = key::lookup_key(format!("key{k:05}").as_bytes(), seq);
+                    let lt = model.partition_point(|e| compare_internal(&e.0, &target).is_lt());
+                    let le = model.partition_point(|e| compare_internal(&e.0, &target).is_le());
+                    let valid_at = |p: usize| (p < model.len()).then_some(p);
+                    match op {
+                        0 if pos.is_some() => {
+                            it.next().unwrap();
+                            pos = pos.and_then(|p| valid_at(p + 1));
+                        }
+                        1 if pos.is_some() => {
+                            it.prev().unwrap();
+                            pos = pos.and_then(|p| p.checked_sub(1));
+                        }
+                        2 => {
+                            it.seek(&target).unwrap();
+                            pos = valid_at(lt);
+                        }
+                        3 => {
+                            it.seek_for_prev(&target).unwrap();
+                            pos = le.checked_sub(1);
+                        }
+                        4 => {
+                            it.seek_to_first().unwrap();
+                            pos = valid_at(0);
+                        }
+                        _ => {
+                            it.seek_to_last().unwrap();
+                            pos = model.len().checked_sub(1);
+                        }
+                    }
+                    prop_assert_eq!(at(&it), pos.map(|p| model[p].clone()));
+                    if it.valid() {
+                        prop_assert_eq!(&it.value_bytes()[..], it.value());
+                    }
+                }
+            }
+        }
+    }
+}

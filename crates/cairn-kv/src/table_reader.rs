@@ -1,0 +1,555 @@
+//! Reads SSTables written by [`crate::table_builder::TableBuilder`]: point lookups through the
+//! bloom filter and the index, data blocks through the shared [`BlockCache`], and
+//! [`TableIter`], a two-level (index, then data block) bidirectional iterator.
+//!
+//! Every block is checksum-verified when read from the file; any damage is an
+//! [`Error::Corruption`] naming the file and the block's offset.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::block::{Block, BlockHandle, BlockIter};
+use crate::block_cache::BlockCache;
+use crate::bloom::BloomFilter;
+use crate::compression::decompress;
+use crate::error::IoContext;
+use crate::iter::InternalIterator;
+use crate::key;
+use crate::table_builder::{BLOCK_TRAILER_LEN, FOOTER_LEN, Footer, block_checksum};
+use crate::{Error, RandomAccessFile, Result};
+
+/// An open SSTable. Shared between threads behind an `Arc`.
+pub struct TableReader {
+    file: Arc<dyn RandomAccessFile>,
+    path: Arc<Path>,
+    table_id: u64,
+    cache: Arc<BlockCache>,
+    file_size: u64,
+    /// End of the data blocks (start of the filter or index block).
+    data_end: u64,
+    index: Block,
+    filter: Option<BloomFilter>,
+}
+
+impl std::fmt::Debug for TableReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TableReader")
+            .field("path", &self.path)
+            .field("table_id", &self.table_id)
+            .field("file_size", &self.file_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl TableReader {
+    /// Reads footer, index and filter (kept in memory); verifies their checksums.
+    pub fn open(
+        file: Arc<dyn RandomAccessFile>,
+        path: PathBuf,
+        table_id: u64,
+        cache: Arc<BlockCache>,
+    ) -> Result<TableReader> {
+        let path: Arc<Path> = Arc::from(path);
+        let file_size = file.len();
+        let Some(footer_at) = file_size.checked_sub(FOOTER_LEN as u64) else {
+            let reason = format!("file of {file_size} bytes is shorter than a table footer");
+            return Err(Error::corruption(&path, 0, reason));
+        };
+        let buf = file.read_at(footer_at, FOOTER_LEN).at(&path)?;
+        let footer = Footer::decode(&buf, &path, footer_at)?;
+        let misplaced =
+            |what: &str| Error::corruption(&path, footer_at, format!("footer points to a misplaced {what} block"));
+        if block_end(footer.index) != Some(footer_at) {
+            return Err(misplaced("index"));
+        }
+        let has_filter = footer.filter != BlockHandle::default();
+        if has_filter && block_end(footer.filter) != Some(footer.index.offset) {
+            return Err(misplaced("filter"));
+        }
+        let data_end = if has_filter { footer.filter.offset } else { footer.index.offset };
+        let index = read_block(&*file, &path, footer.index, footer_at)?;
+        let index = Block::new(index, path.clone(), footer.index.offset)?;
+        let filter = if has_filter {
+            // A filter that passed its checksum but does not decode fails open.
+            let data = read_block(&*file, &path, footer.filter, footer.index.offset)?;
+            Some(BloomFilter::new(data))
+        } else {
+            None
+        };
+        Ok(TableReader { file, path, table_id, cache, file_size, data_end, index, filter })
+    }
+
+    /// Reads a data block from the file, bypassing the cache.
+    fn read_data_block(&self, h: BlockHandle) -> Result<Block> {
+        let data = read_block(&*self.file, &self.path, h, self.data_end)?;
+        Block::new(data, self.path.clone(), h.offset)
+    }
+
+    /// The data block at `h`, from the block cache or else from the file (then cached).
+    fn data_block(&self, h: BlockHandle) -> Result<Block> {
+        if let Some(b) = self.cache.get(self.table_id, h.offset) {
+            return Ok((*b).clone());
+        }
+        let block = self.read_data_block(h)?;
+        self.cache.insert(self.table_id, h.offset, Arc::new(block.clone()));
+        Ok(block)
+    }
+
+    /// Whether the bloom filter allows `user_key` (true when the table has no filter).
+    pub fn may_contain(&self, user_key: &[u8]) -> bool {
+        self.filter.as_ref().is_none_or(|f| f.may_contain(user_key))
+    }
+
+    /// Point lookup: if the bloom filter may contain `user_key`, finds the first entry whose
+    /// internal key is `>= lookup` (built with [`key::lookup_key`]`(user_key, seq)`) and returns
+    /// it as (internal key, value) if its user key equals `user_key`.
+    pub fn get(&self, user_key: &[u8], lookup: &[u8]) -> Result<Option<(Vec<u8>, Bytes)>> {
+        if !self.may_contain(user_key) {
+            return Ok(None);
+        }
+        let mut index = self.index.iter();
+        index.seek(lookup)?;
+        if !index.valid() {
+            return Ok(None);
+        }
+        let mut it = self.data_block(index.handle()?)?.iter();
+        it.seek(lookup)?;
+        Ok((it.valid() && key::user_key(it.key()) == user_key).then(|| (it.key().to_vec(), it.value_bytes())))
+    }
+
+    /// A bidirectional iterator over the whole table (unpositioned).
+    pub fn iter(self: &Arc<Self>) -> TableIter {
+        TableIter { table: self.clone(), index: self.index.iter(), data: None, data_offset: 0 }
+    }
+
+    /// Reads every data block bypassing the cache, checking checksums, entry decoding, key
+    /// order and the index; returns the number of entries.
+    pub fn verify(&self) -> Result<u64> {
+        let mut count = 0u64;
+        let mut prev: Option<Vec<u8>> = None;
+        let mut expected_offset = 0u64;
+        let mut index = self.index.iter();
+        index.seek_to_first()?;
+        while index.valid() {
+            let h = index.handle()?;
+            let corrupt = |reason: &str| Error::corruption(&self.path, h.offset, reason);
+            if h.offset != expected_offset {
+                return Err(corrupt("data blocks are not contiguous"));
+            }
+            expected_offset = block_end(h).ok_or_else(|| corrupt("block out of range"))?;
+            let mut it = self.read_data_block(h)?.iter();
+            it.seek_to_first()?;
+            if !it.valid() {
+                return Err(corrupt("empty data block"));
+            }
+            while it.valid() {
+                if prev.as_deref().is_some_and(|p| key::compare_internal(p, it.key()).is_ge()) {
+                    return Err(corrupt("keys out of order"));
+                }
+                prev = Some(it.key().to_vec());
+                count += 1;
+                it.next()?;
+            }
+            if prev.as_deref() != Some(index.key()) {
+                return Err(corrupt("index key differs from the block's last key"));
+            }
+            index.next()?;
+        }
+        if expected_offset != self.data_end {
+            return Err(Error::corruption(&self.path, expected_offset, "index misses data blocks"));
+        }
+        Ok(count)
+    }
+
+    /// Length of the file in bytes.
+    pub fn file_size(&self) -> u64 {
+        self.file_size
+    }
+
+    /// The id (file number) the table's blocks are cached under.
+    pub fn table_id(&self) -> u64 {
+        self.table_id
+    }
+
+    /// The table's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// Reads, checksums and decompresses the block at `h` of `file`, which must end by `limit`.
+fn read_block(file: &dyn RandomAccessFile, path: &Path, h: BlockHandle, limit: u64) -> Result<Bytes> {
+    let corrupt = |reason: &str| Error::corruption(path, h.offset, reason);
+    let end = block_end(h).filter(|&e| e <= limit).ok_or_else(|| corrupt("block out of range"))?;
+    let len = usize::try_from(end - h.offset).map_err(|_| corrupt("block too large"))?;
+    let size = len - BLOCK_TRAILER_LEN;
+    let buf = file.read_at(h.offset, len).at(path)?;
+    if buf.len() != len {
+        return Err(corrupt("short read"));
+    }
+    let tag = buf[size];
+    let stored = u32::from_le_bytes([buf[size + 1], buf[size + 2], buf[size + 3], buf[size + 4]]);
+    if block_checksum(&buf[..size], tag) != stored {
+        return Err(corrupt("block checksum mismatch"));
+    }
+    let mut data = Bytes::from(buf);
+    data.truncate(size);
+    decompress(tag, data, path, h.offset)
+}
+
+/// Offset just past a block and its trailer, if it does not overflow.
+fn block_end(h: BlockHandle) -> Option<u64> {
+    h.offset.checked_add(h.size)?.checked_add(BLOCK_TRAILER_LEN as u64)
+}
+
+/// A two-level iterator over a table: the index block picks the data block, whose own
+/// iterator yields the entries. Empty blocks are skipped in both directions.
+pub struct TableIter {
+    table: Arc<TableReader>,
+    index: BlockIter,
+    data: Option<BlockIter>,
+    /// Offset of the block `data` walks.
+    data_offset: u64,
+}
+
+impl TableIter {
+    /// The current value as shared bytes (no copy). Requires `valid()`.
+    pub fn value_bytes(&self) -> Bytes {
+        self.data.as_ref().map_or_else(Bytes::new, |d| d.value_bytes())
+    }
+
+    fn data_valid(&self) -> bool {
+        self.data.as_ref().is_some_and(|d| d.valid())
+    }
+
+    /// Points `data` at the block the index stands on (keeping it if already there).
+    fn init_data_block(&mut self) -> Result<()> {
+        if !self.index.valid() {
+            self.data = None;
+            return Ok(());
+        }
+        let h = self.index.handle()?;
+        if self.data.is_none() || self.data_offset != h.offset {
+            self.data = Some(self.table.data_block(h)?.iter());
+            self.data_offset = h.offset;
+        }
+        Ok(())
+    }
+
+    fn skip_forward(&mut self) -> Result<()> {
+        while !self.data_valid() {
+            if !self.index.valid() {
+                self.data = None;
+                return Ok(());
+            }
+            self.index.next()?;
+            self.init_data_block()?;
+            if let Some(d) = &mut self.data {
+                d.seek_to_first()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn skip_backward(&mut self) -> Result<()> {
+        while !self.data_valid() {
+            if !self.index.valid() {
+                self.data = None;
+                return Ok(());
+            }
+            self.index.prev()?;
+            self.init_data_block()?;
+            if let Some(d) = &mut self.data {
+                d.seek_to_last()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a positioning step; on error the iterator becomes invalid.
+    fn step(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        let r = f(self);
+        if r.is_err() {
+            self.data = None;
+        }
+        r
+    }
+}
+
+impl InternalIterator for TableIter {
+    fn valid(&self) -> bool {
+        self.data_valid()
+    }
+
+    fn seek_to_first(&mut self) -> Result<()> {
+        self.step(|s| {
+            s.index.seek_to_first()?;
+            s.init_data_block()?;
+            if let Some(d) = &mut s.data {
+                d.seek_to_first()?;
+            }
+            s.skip_forward()
+        })
+    }
+
+    fn seek_to_last(&mut self) -> Result<()> {
+        self.step(|s| {
+            s.index.seek_to_last()?;
+            s.init_data_block()?;
+            if let Some(d) = &mut s.data {
+                d.seek_to_last()?;
+            }
+            s.skip_backward()
+        })
+    }
+
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        self.step(|s| {
+            s.index.seek(target)?;
+            s.init_data_block()?;
+            if let Some(d) = &mut s.data {
+                d.seek(target)?;
+            }
+            s.skip_forward()
+        })
+    }
+
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        self.step(|s| {
+            // The first block whose last key is >= target, or else the last block, holds the
+            // answer or is preceded by the block that does.
+            s.index.seek(target)?;
+            if !s.index.valid() {
+                s.index.seek_to_last()?;
+            }
+            s.init_data_block()?;
+            if let Some(d) = &mut s.data {
+                d.seek_for_prev(target)?;
+            }
+            s.skip_backward()
+        })
+    }
+
+    fn next(&mut self) -> Result<()> {
+        self.step(|s| {
+            if let Some(d) = &mut s.data {
+                d.next()?;
+            }
+            s.skip_forward()
+        })
+    }
+
+    fn prev(&mut self) -> Result<()> {
+        self.step(|s| {
+            if let Some(d) = &mut s.data {
+                d.prev()?;
+            }
+            s.skip_backward()
+        })
+    }
+
+    fn key(&self) -> &[u8] {
+        self.data.as_ref().map_or(&[], |d| d.key())
+    }
+
+    fn value(&self) -> &[u8] {
+        self.data.as_ref().map_or(&[], |d| d.value())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{internal_key, lookup_key};
+    use crate::table_cache::test_support::{build, open};
+    use crate::{Compression, TableOptions};
+
+    fn model() -> Vec<(Vec<u8>, Vec<u8>)> {
+        (0..60u64)
+            .map(|i| (internal_key(format!("k{i:03}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
+            .collect()
+    }
+
+    fn opts(compression: Compression) -> TableOptions {
+        TableOptions { block_size: 200, restart_interval: 3, bloom_bits_per_key: 10, compression }
+    }
+
+    /// Everything a reader can do with a table; each answer must be right or a corruption error.
+    fn check_damaged(data: Vec<u8>, model: &[(Vec<u8>, Vec<u8>)]) -> bool {
+        let is_corrupt = |e: &Error| assert!(e.is_corruption(), "{e}");
+        let t = match open(data, &Arc::new(BlockCache::new(1 << 16))) {
+            Ok(t) => t,
+            Err(e) => {
+                is_corrupt(&e);
+                return true;
+            }
+        };
+        for (k, v) in model.iter().step_by(7) {
+            let uk = key::user_key(k);
+            match t.get(uk, &lookup_key(uk, u64::from(u32::MAX))) {
+                Ok(found) => assert_eq!(found.map(|(k, v)| (k, v.to_vec())), Some((k.clone(), v.clone()))),
+                Err(e) => is_corrupt(&e),
+            }
+        }
+        let mut it = t.iter();
+        let mut got = Vec::new();
+        let mut r = it.seek_to_first();
+        while r.is_ok() && it.valid() {
+            got.push((it.key().to_vec(), it.value().to_vec()));
+            r = it.next();
+        }
+        match r {
+            Ok(()) => assert_eq!(got, model),
+            Err(e) => is_corrupt(&e),
+        }
+        let mut r = it.seek_to_last();
+        while r.is_ok() && it.valid() {
+            r = it.prev();
+        }
+        if let Err(e) = r {
+            is_corrupt(&e);
+        }
+        match t.verify() {
+            Ok(n) => {
+                assert_eq!(n, model.len() as u64);
+                false
+            }
+            Err(e) => {
+                is_corrupt(&e);
+                true
+            }
+        }
+    }
+
+    #[test]
+    fn every_flipped_byte_is_detected_and_nothing_panics() {
+        let model = model();
+        for compression in [Compression::None, Compression::Lz4, Compression::Zstd(1)] {
+            let (data, _) = build(&model, opts(compression));
+            assert!(!check_damaged(data.clone(), &model));
+            for i in 0..data.len() {
+                for x in [0x01, 0xA5] {
+                    let mut bad = data.clone();
+                    bad[i] ^= x;
+                    assert!(check_damaged(bad, &model), "flip {x:#x} at {i} went unnoticed");
+                }
+            }
+            for len in 0..data.len() {
+                assert!(check_damaged(data[..len].to_vec(), &model), "truncation to {len}");
+            }
+        }
+    }
+
+    #[test]
+    fn readers_are_shareable() {
+        fn check<T: Send + Sync>() {}
+        check::<TableReader>();
+        check::<crate::table_cache::TableCache>();
+    }
+
+    #[test]
+    fn checksum_errors_name_the_file_and_block() {
+        let model = model();
+        let (mut data, _) = build(&model, opts(Compression::None));
+        data[3] ^= 0x40;
+        let t = open(data, &Arc::new(BlockCache::new(0))).unwrap();
+        let err = t.get(b"k000", &lookup_key(b"k000", 9)).unwrap_err();
+        match err {
+            Error::Corruption { path, offset, reason } => {
+                assert_eq!((path.to_str(), offset), (Some("t.sst"), 0));
+                assert!(reason.contains("checksum"), "{reason}");
+            }
+            e => panic!("unexpected {e}"),
+        }
+        // Other blocks still read.
+        assert!(t.get(b"k059", &lookup_key(b"k059", 99)).unwrap().is_some());
+    }
+
+    #[test]
+    fn bloom_filter_skips_absent_keys() {
+        let (data, _) = build(&model(), opts(Compression::Lz4));
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let t = open(data, &cache).unwrap();
+        let absent = (0..1000).filter(|i| !t.may_contain(format!("absent{i}").as_bytes())).count();
+        assert!(absent > 950, "{absent}");
+        for i in 0..1000 {
+            let uk = format!("absent{i}");
+            assert!(t.get(uk.as_bytes(), &lookup_key(uk.as_bytes(), 5)).unwrap().is_none());
+        }
+        assert!(cache.stats().misses < 60, "{:?}", cache.stats());
+    }
+
+    proptest::proptest! {
+        /// Well-framed tables (valid checksums) whose index and data blocks hold arbitrary
+        /// entries and handles: every answer is an error or an entry, never a panic.
+        #[test]
+        fn arbitrary_well_framed_tables_never_panic(
+            blocks in proptest::collection::vec(
+                (proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 0u8..4), 0..4),
+            handles in proptest::collection::vec((0usize..8, 0u64..300, 0u8..4), 0..6),
+        ) {
+            use crate::block_builder::BlockBuilder;
+            use crate::table_builder::{Footer, block_checksum};
+            let frame = |file: &mut Vec<u8>, data: &[u8], tag: u8| {
+                let h = BlockHandle { offset: file.len() as u64, size: data.len() as u64 };
+                file.extend_from_slice(data);
+                file.push(tag);
+                file.extend_from_slice(&block_checksum(data, tag).to_le_bytes());
+                h
+            };
+            let mut file = Vec::new();
+            let mut written = Vec::new();
+            for (bytes, kind) in &blocks {
+                // Kind 0: a real block holding the random bytes as keys; else raw bytes + tag.
+                let h = if *kind == 0 {
+                    let mut b = BlockBuilder::new(2);
+                    for (i, c) in bytes.chunks(9).enumerate() {
+                        b.add(c, &[i as u8]);
+                    }
+                    frame(&mut file, &b.finish(), 0)
+                } else {
+                    frame(&mut file, bytes, kind - 1)
+                };
+                written.push(h);
+            }
+            let mut index = BlockBuilder::new(1);
+            for (i, &(sel, x, how)) in handles.iter().enumerate() {
+                let mut h = written.get(sel).copied().unwrap_or_default();
+                match how {
+                    0 => {}
+                    1 => h.offset = x,
+                    2 => h.size = x,
+                    _ => h.size = u64::MAX - x,
+                }
+                let mut v = Vec::new();
+                h.encode_to(&mut v);
+                index.add(&internal_key(&[sel as u8], 100 - i as u64, 1), &v);
+            }
+            let filter = frame(&mut file, &[0xff, 0xff, 3], 0);
+            let index = frame(&mut file, &index.finish(), 0);
+            file.extend_from_slice(&Footer { filter, index }.encode());
+            let t = open(file, &Arc::new(BlockCache::new(1 << 12))).unwrap();
+            let _ = t.verify();
+            let _ = t.get(&[1], &lookup_key(&[1], 50));
+            let mut it = t.iter();
+            let mut r = it.seek_to_first();
+            while r.is_ok() && it.valid() {
+                r = it.next();
+            }
+            let mut r = it.seek_to_last();
+            while r.is_ok() && it.valid() {
+                r = it.prev();
+            }
+            for k in 0..3u8 {
+                if it.seek_for_prev(&lookup_key(&[k], 99)).is_ok() && it.valid() {
+                    let _ = it.next();
+                }
+                if it.seek(&lookup_key(&[k], 99)).is_ok() && it.valid() {
+                    let _ = it.prev();
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Optimistic transactions: reads come from a snapshot taken at the start (plus the
+//! transaction's own writes); at commit, every key read or written is checked against writes
+//! committed after the snapshot, and a conflict fails the commit with [`Error::Conflict`]
+//! without writing anything. Validation and the write happen in the group-commit leader, so no
+//! other write can slip between them.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use crate::batch::WriteBatch;
+use crate::db::{Db, WriteOptions};
+use crate::snapshot::Snapshot;
+use crate::write_queue::{Validation, WriteRequest};
+use crate::{Error, Result};
+
+/// An optimistic read-modify-write transaction. See the module documentation.
+///
+/// Range scans through [`Transaction::snapshot`] are not validated; only point reads
+/// ([`Transaction::get`]) and writes are.
+pub struct Transaction {
+    db: Db,
+    snapshot: Snapshot,
+    reads: BTreeSet<Vec<u8>>,
+    writes: BTreeMap<Vec<u8>, Option<Bytes>>,
+    batch: WriteBatch,
+    opts: WriteOptions,
+}
+
+impl Transaction {
+    pub(crate) fn new(db: Db) -> Self {
+        let snapshot = db.snapshot();
+        Transaction {
+            db,
+            snapshot,
+            reads: BTreeSet::new(),
+            writes: BTreeMap::new(),
+            batch: WriteBatch::new(),
+            opts: WriteOptions::default(),
+        }
+    }
+
+    /// Sets the durability of the commit (default: synced).
+    pub fn set_write_options(&mut self, opts: WriteOptions) {
+        self.opts = opts;
+    }
+
+    /// Reads `key`: the transaction's own write if any, else the value at its snapshot.
+    /// The key joins the read set validated at commit.
+    pub fn get(&mut self, key: impl AsRef<[u8]>) -> Result<Option<Bytes>> {
+        let key = key.as_ref();
+        if let Some(w) = self.writes.get(key) {
+            return Ok(w.clone());
+        }
+        self.reads.insert(key.to_vec());
+        self.snapshot.get(key)
+    }
+
+    /// Buffers a put.
+    pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let (key, value) = (key.as_ref(), value.as_ref());
+        self.batch.put(key, value)?;
+        self.writes.insert(key.to_vec(), Some(Bytes::copy_from_slice(value)));
+        Ok(())
+    }
+
+    /// Buffers a delete.
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        let key = key.as_ref();
+        self.batch.delete(key)?;
+        self.writes.insert(key.to_vec(), None);
+        Ok(())
+    }
+
+    /// The snapshot the transaction reads from (for scans, which are not validated).
+    pub fn snapshot(&self) -> &Snapshot {
+        &self.snapshot
+    }
+
+    /// Validates and applies the transaction atomically. Returns [`Error::Conflict`] if another
+    /// writer changed a key this transaction read or wrote since it began.
+    pub fn commit(self) -> Result<()> {
+        let keys: Vec<Vec<u8>> = self.reads.into_iter().chain(self.writes.into_keys()).collect();
+        let validation = Validation { snapshot: self.snapshot.seq(), keys };
+        self.db.write_request(WriteRequest { batch: self.batch, sync: self.opts.sync, validation: Some(validation) })
+    }
+
+    /// Discards the transaction.
+    pub fn rollback(self) {}
+}
+
+/// Runs `f` in a transaction, retrying on conflict up to `attempts` times.
+pub fn with_retries<T>(db: &Db, attempts: usize, mut f: impl FnMut(&mut Transaction) -> Result<T>) -> Result<T> {
+    let mut last = None;
+    for _ in 0..attempts.max(1) {
+        let mut txn = db.transaction();
+        let out = f(&mut txn)?;
+        match txn.commit() {
+            Ok(()) => return Ok(out),
+            Err(e @ Error::Conflict { .. }) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or(Error::Conflict { key: String::new() }))
+}

@@ -1,0 +1,216 @@
+//! The write path run by the group-commit leader: room in the memtable (switching memtables and
+//! stalling when flush or compaction fall behind), transaction validation, one WAL record and
+//! fsync for the whole group, memtable inserts, and publication of the new sequence number.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::batch::{BatchOp, WriteBatch, encode_group};
+use crate::db::{DbInner, SuperVersion, Wal};
+use crate::error::IoContext;
+use crate::key::ValueKind;
+use crate::log::LogWriter;
+use crate::memtable::Memtable;
+use crate::recovery::{WAL_MAGIC, wal_path};
+use crate::write_queue::{Slot, Validation, WriteRequest};
+use crate::{Error, Result};
+
+/// Processes one group; every slot gets a result.
+pub(crate) fn lead_group(inner: &Arc<DbInner>, group: &[Arc<Slot>]) {
+    let mut reqs: Vec<WriteRequest> =
+        group.iter().map(|s| s.request.lock().take()).map(|r| r.unwrap_or_else(empty_req)).collect();
+    let results = process(inner, &mut reqs);
+    for (slot, r) in group.iter().zip(results) {
+        slot.finish(r);
+    }
+}
+
+fn empty_req() -> WriteRequest {
+    WriteRequest { batch: WriteBatch::new(), sync: false, validation: None }
+}
+
+fn process(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> Vec<Result<()>> {
+    let fail_all = |e: &Error| reqs.iter().map(|_| Err(clone_err(e))).collect::<Vec<_>>();
+    if let Err(e) = inner.check_poisoned() {
+        return fail_all(&e);
+    }
+    let mut wal = inner.wal.lock();
+    if let Err(e) = make_room(inner, &mut wal) {
+        return fail_all(&e);
+    }
+    let sv = inner.sv.load_full();
+    let mut results: Vec<Result<()>> = Vec::with_capacity(reqs.len());
+    let any_txn = reqs.iter().any(|r| r.validation.is_some());
+    let mut group_writes = GroupWrites::default();
+    for r in reqs.iter() {
+        let res = match &r.validation {
+            Some(v) => validate(inner, &sv, v, &group_writes),
+            None => Ok(()),
+        };
+        if res.is_ok() && any_txn {
+            group_writes.add(&r.batch);
+        }
+        results.push(res);
+    }
+    let included = || reqs.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(q, _)| &q.batch);
+    let count: u64 = included().map(|b| b.count() as u64).sum();
+    if count == 0 {
+        return results;
+    }
+    let sync = reqs.iter().zip(&results).any(|(q, r)| r.is_ok() && q.sync);
+    let base = inner.visible_seq() + 1;
+    let mut record = Vec::with_capacity(included().map(|b| b.approximate_size()).sum());
+    encode_group(&mut record, base, included());
+    let logged = wal.writer.add_record(&record).and_then(|_| wal.writer.flush());
+    let logged = logged.and_then(|_| if sync { wal.writer.sync() } else { Ok(()) });
+    if let Err(e) = logged {
+        inner.poison(format!("write-ahead log write failed: {e}"));
+        return reqs.iter().zip(results).map(|(_, r)| r.and(Err(clone_err(&e)))).collect();
+    }
+    inner.counters.add_wal_bytes(record.len() as u64);
+    let mut seq = base;
+    let mut user_bytes = 0u64;
+    for b in included() {
+        for op in b.iter() {
+            match op {
+                BatchOp::Put(k, v) => {
+                    sv.mem.insert(k, seq, ValueKind::Put, v);
+                    user_bytes += (k.len() + v.len()) as u64;
+                }
+                BatchOp::Delete(k) => {
+                    sv.mem.insert(k, seq, ValueKind::Delete, &[]);
+                    user_bytes += k.len() as u64;
+                }
+                BatchOp::DeleteRange(s, e) => {
+                    sv.mem.insert_range_delete(s, e, seq);
+                    user_bytes += (s.len() + e.len()) as u64;
+                }
+            }
+            seq += 1;
+        }
+    }
+    inner.counters.add_user_bytes(user_bytes);
+    inner.set_visible_seq(seq - 1);
+    results
+}
+
+/// Keys and ranges written by earlier members of the group being processed.
+#[derive(Default)]
+struct GroupWrites {
+    keys: HashSet<Vec<u8>>,
+    ranges: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl GroupWrites {
+    fn add(&mut self, b: &WriteBatch) {
+        for op in b.iter() {
+            match op {
+                BatchOp::Put(k, _) | BatchOp::Delete(k) => {
+                    self.keys.insert(k.to_vec());
+                }
+                BatchOp::DeleteRange(s, e) => self.ranges.push((s.to_vec(), e.to_vec())),
+            }
+        }
+    }
+
+    fn touches(&self, key: &[u8]) -> bool {
+        self.keys.contains(key) || self.ranges.iter().any(|(s, e)| s.as_slice() <= key && key < e.as_slice())
+    }
+}
+
+fn validate(inner: &DbInner, sv: &SuperVersion, v: &Validation, group: &GroupWrites) -> Result<()> {
+    for k in &v.keys {
+        let changed = group.touches(k) || inner.latest_change(sv, k)?.is_some_and(|s| s > v.snapshot);
+        if changed {
+            return Err(Error::Conflict { key: String::from_utf8_lossy(k).into_owned() });
+        }
+    }
+    Ok(())
+}
+
+/// Errors are not `Clone`; group members other than the first get an equivalent error.
+pub(crate) fn clone_err(e: &Error) -> Error {
+    match e {
+        Error::Conflict { key } => Error::Conflict { key: key.clone() },
+        Error::Closed => Error::Closed,
+        Error::Poisoned(s) => Error::Poisoned(s.clone()),
+        Error::Io { path, source } => {
+            Error::Io { path: path.clone(), source: std::io::Error::new(source.kind(), source.to_string()) }
+        }
+        Error::Corruption { path, offset, reason } => {
+            Error::Corruption { path: path.clone(), offset: *offset, reason: reason.clone() }
+        }
+        other => Error::Poisoned(other.to_string()),
+    }
+}
+
+/// Waits until the memtable has room, switching to a new one when it is full, and delays or
+/// stops writes while level 0 is over its limits.
+fn make_room(inner: &Arc<DbInner>, wal: &mut Wal) -> Result<()> {
+    let mut slowed = false;
+    loop {
+        inner.check_poisoned()?;
+        let mut st = inner.state.lock();
+        let l0 = st.version.levels[0].len();
+        if l0 >= inner.opts.level0_stop_trigger {
+            let t = Instant::now();
+            inner.bg_cv.wait_for(&mut st, Duration::from_millis(100));
+            inner.counters.add_stall(t.elapsed());
+            continue;
+        }
+        if l0 >= inner.opts.level0_slowdown_trigger && !slowed {
+            drop(st);
+            let t = Instant::now();
+            std::thread::sleep(Duration::from_millis(1));
+            inner.counters.add_stall(t.elapsed());
+            slowed = true;
+            continue;
+        }
+        if st.mem.approximate_bytes() < inner.opts.memtable_size {
+            return Ok(());
+        }
+        if st.imms.len() >= inner.opts.max_immutable_memtables.max(1) {
+            let t = Instant::now();
+            inner.bg_cv.wait_for(&mut st, Duration::from_millis(100));
+            inner.counters.add_stall(t.elapsed());
+            continue;
+        }
+        drop(st);
+        switch_memtable(inner, wal, false)?;
+    }
+}
+
+/// Freezes the current memtable and starts a new one with a new WAL. With `force`, switches
+/// even when the memtable is small (but never when it is empty).
+pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) -> Result<()> {
+    let mut st = inner.state.lock();
+    if st.mem.is_empty() || (!force && st.mem.approximate_bytes() < inner.opts.memtable_size) {
+        return Ok(());
+    }
+    let number = st.alloc_file_no();
+    let path = wal_path(&inner.dir, number);
+    let res = (|| -> Result<LogWriter> {
+        // Everything in the old log must be durable before later writes land in the new one,
+        // so that recovery never sees a later write without an earlier one.
+        wal.writer.sync()?;
+        let file = inner.storage.create(&path).at(&path)?;
+        let mut w = LogWriter::create(file, path.clone(), WAL_MAGIC)?;
+        w.sync()?;
+        inner.storage.sync_dir(&inner.dir).at(&inner.dir)?;
+        Ok(w)
+    })();
+    let writer = match res {
+        Ok(w) => w,
+        Err(e) => {
+            inner.poison(format!("could not start a new write-ahead log: {e}"));
+            return Err(e);
+        }
+    };
+    *wal = Wal { writer };
+    let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number)));
+    st.imms.push_back(old);
+    inner.install_super_version(&st);
+    inner.bg_cv.notify_all();
+    Ok(())
+}

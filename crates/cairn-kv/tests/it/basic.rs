@@ -1,0 +1,202 @@
+use std::sync::Arc;
+
+use cairn_kv::{Db, Error, MAX_KEY_LEN, MAX_VALUE_LEN, MemStorage, Options, WriteBatch, WriteOptions};
+
+use crate::{mem_db, reopen};
+
+#[test]
+fn put_get_delete() {
+    let (db, _) = mem_db();
+    assert_eq!(db.get(b"a").unwrap(), None);
+    db.put(b"a", b"1").unwrap();
+    db.put(b"b", b"2").unwrap();
+    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"1"[..]));
+    db.put(b"a", b"3").unwrap();
+    assert_eq!(db.get(b"a").unwrap().as_deref(), Some(&b"3"[..]));
+    db.delete(b"a").unwrap();
+    assert_eq!(db.get(b"a").unwrap(), None);
+    assert_eq!(db.get(b"b").unwrap().as_deref(), Some(&b"2"[..]));
+    // Empty keys and values are ordinary bytes.
+    db.put(b"", b"").unwrap();
+    assert_eq!(db.get(b"").unwrap().as_deref(), Some(&b""[..]));
+}
+
+#[test]
+fn write_batch_is_atomic_and_ordered() {
+    let (db, storage) = mem_db();
+    let mut b = WriteBatch::new();
+    b.put(b"x", b"1").unwrap();
+    b.put(b"y", b"2").unwrap();
+    b.delete(b"x").unwrap();
+    b.put(b"z", b"3").unwrap();
+    db.write(b).unwrap();
+    assert_eq!(db.get(b"x").unwrap(), None, "later operations in a batch win");
+    assert_eq!(db.get(b"y").unwrap().as_deref(), Some(&b"2"[..]));
+    drop(db);
+    let db = reopen(&storage, Options::small_for_tests());
+    assert_eq!(db.get(b"x").unwrap(), None);
+    assert_eq!(db.get(b"z").unwrap().as_deref(), Some(&b"3"[..]));
+}
+
+#[test]
+fn delete_range_hides_keys_in_memtable_and_tables() {
+    let (db, storage) = mem_db();
+    for i in 0..200u32 {
+        db.put(format!("k{i:03}"), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    db.delete_range(b"k050", b"k150").unwrap();
+    db.put(b"k100", b"new").unwrap(); // written after the range delete: visible
+    let check = |db: &Db| {
+        assert!(db.get(b"k049").unwrap().is_some());
+        assert!(db.get(b"k050").unwrap().is_none());
+        assert!(db.get(b"k149").unwrap().is_none());
+        assert!(db.get(b"k150").unwrap().is_some());
+        assert_eq!(db.get(b"k100").unwrap().as_deref(), Some(&b"new"[..]));
+        let n = db.iter().count();
+        assert_eq!(n, 200 - 100 + 1);
+        assert_eq!(db.iter().rev().count(), n);
+    };
+    check(&db);
+    db.flush().unwrap();
+    check(&db);
+    db.compact_all().unwrap();
+    check(&db);
+    drop(db);
+    let db = reopen(&storage, Options::small_for_tests());
+    check(&db);
+    db.compact_all().unwrap();
+    check(&db);
+    assert_eq!(db.stats().range_tombstones, 0, "compaction applied and forgot the tombstone");
+}
+
+#[test]
+fn key_and_value_limits() {
+    let (db, _) = mem_db();
+    let big_key = vec![7u8; MAX_KEY_LEN];
+    db.put(&big_key, b"v").unwrap();
+    assert!(matches!(db.put(vec![7u8; MAX_KEY_LEN + 1], b"v"), Err(Error::KeyTooLarge { .. })));
+    let big_value = vec![9u8; MAX_VALUE_LEN];
+    db.put(b"big", &big_value).unwrap();
+    assert!(matches!(db.put(b"big2", vec![0u8; MAX_VALUE_LEN + 1]), Err(Error::ValueTooLarge { .. })));
+    assert_eq!(db.get(&big_key).unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(db.get(b"big").unwrap().map(|v| v.len()), Some(MAX_VALUE_LEN));
+    db.flush().unwrap();
+    let v = db.get(b"big").unwrap().unwrap();
+    assert!(v.len() == MAX_VALUE_LEN && v.iter().all(|&b| b == 9));
+}
+
+#[test]
+fn data_survives_reopen_on_real_files() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(dir.path(), Options::small_for_tests()).unwrap();
+        for i in 0..3000u32 {
+            db.put(format!("key{i:05}"), format!("value{i}")).unwrap();
+        }
+        db.delete(b"key00010").unwrap();
+        db.close().unwrap();
+    }
+    let db = Db::open(dir.path(), Options::small_for_tests()).unwrap();
+    assert_eq!(db.get(b"key02999").unwrap().as_deref(), Some(&b"value2999"[..]));
+    assert_eq!(db.get(b"key00010").unwrap(), None);
+    assert_eq!(db.iter().count(), 2999);
+    assert!(db.stats().levels.iter().any(|l| l.tables > 0), "data reached tables");
+}
+
+#[test]
+fn second_open_is_refused_while_locked() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert!(matches!(Db::open(dir.path(), Options::default()), Err(Error::Locked(_))));
+    drop(db);
+    Db::open(dir.path(), Options::default()).unwrap();
+}
+
+#[test]
+fn group_commit_shares_fsyncs() {
+    let storage = MemStorage::new();
+    storage.set_sync_delay(std::time::Duration::from_millis(2));
+    let db = Db::open_with_storage("/db", Options::default(), Arc::new(storage.clone())).unwrap();
+    let before = storage.syncs();
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    db.put(format!("t{t}-{i}"), b"v").unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let syncs = storage.syncs() - before;
+    assert!(syncs < 400 / 2, "400 synced writes took {syncs} fsyncs; group commit should share them");
+    assert_eq!(db.iter().count(), 400);
+}
+
+#[test]
+fn unsynced_writes_do_not_fsync() {
+    let (db, storage) = mem_db();
+    let before = storage.syncs();
+    for i in 0..100 {
+        db.write_opt(batch_of(i), WriteOptions::no_sync()).unwrap();
+    }
+    assert_eq!(storage.syncs(), before);
+    db.put(b"synced", b"1").unwrap();
+    assert!(storage.syncs() > before);
+}
+
+fn batch_of(i: u32) -> WriteBatch {
+    let mut b = WriteBatch::new();
+    b.put(format!("k{i}"), b"v").unwrap();
+    b
+}
+
+#[test]
+fn fsync_failure_poisons_the_engine() {
+    let (db, storage) = mem_db();
+    db.put(b"before", b"1").unwrap();
+    storage.set_sync_failure(true);
+    assert!(db.put(b"during", b"2").is_err());
+    storage.set_sync_failure(false);
+    let err = db.put(b"after", b"3").unwrap_err();
+    assert!(matches!(err, Error::Poisoned(_)), "got {err}");
+    assert!(err.to_string().contains("reopen"));
+    // Reads still work.
+    assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
+    drop(db);
+    storage.crash();
+    let db = reopen(&storage, Options::small_for_tests());
+    assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
+    db.put(b"after", b"3").unwrap();
+}
+
+#[test]
+fn background_flush_and_block_cache_budget() {
+    let storage = MemStorage::new();
+    let opts = Options { block_cache_bytes: 256 << 10, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", opts, Arc::new(storage.clone())).unwrap();
+    let value = vec![b'x'; 300];
+    for i in 0..5000u32 {
+        db.write_opt(
+            {
+                let mut b = WriteBatch::new();
+                b.put(format!("{i:08}"), &value).unwrap();
+                b
+            },
+            WriteOptions::no_sync(),
+        )
+        .unwrap();
+    }
+    db.wait_for_compactions().unwrap();
+    for i in (0..5000u32).step_by(7) {
+        assert!(db.get(format!("{i:08}")).unwrap().is_some());
+    }
+    let s = db.stats();
+    assert!(s.flushes > 0);
+    assert!(s.block_cache_bytes <= 256 << 10, "cache holds {} bytes", s.block_cache_bytes);
+    assert!(s.block_cache_hits + s.block_cache_misses > 0);
+}

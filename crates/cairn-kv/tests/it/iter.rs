@@ -1,0 +1,121 @@
+use std::ops::Bound;
+
+use crate::{keys, mem_db};
+
+fn fill(db: &cairn_kv::Db) {
+    for k in ["a", "b", "ba", "bb", "c", "d", "e"] {
+        db.put(k, format!("v-{k}")).unwrap();
+    }
+}
+
+#[test]
+fn ranges_forward_and_reverse() {
+    let (db, _) = mem_db();
+    fill(&db);
+    db.flush().unwrap();
+    db.put(b"bz", b"new").unwrap(); // memtable and table mixed
+    db.delete(b"d").unwrap();
+    assert_eq!(keys(db.iter()), ["a", "b", "ba", "bb", "bz", "c", "e"]);
+    assert_eq!(keys(db.iter().rev()), ["e", "c", "bz", "bb", "ba", "b", "a"]);
+    assert_eq!(keys(db.range("b".."c")), ["b", "ba", "bb", "bz"]);
+    assert_eq!(keys(db.range("b"..="c")), ["b", "ba", "bb", "bz", "c"]);
+    assert_eq!(keys(db.range("b".."c").rev()), ["bz", "bb", "ba", "b"]);
+    assert_eq!(keys(db.range::<&str, _>((Bound::Excluded("b"), Bound::Included("c")))), ["ba", "bb", "bz", "c"]);
+    assert_eq!(keys(db.range::<&str, _>((Bound::Excluded("b"), Bound::Excluded("c"))).rev()), ["bz", "bb", "ba"]);
+    assert_eq!(keys(db.range("x"..)), Vec::<String>::new());
+    assert_eq!(keys(db.range(.."b")), ["a"]);
+}
+
+#[test]
+fn seek_is_a_range_start() {
+    let (db, _) = mem_db();
+    fill(&db);
+    // Seek to a key that does not exist: the next one comes first.
+    let first = db.range("bc"..).next().unwrap().unwrap();
+    assert_eq!(&first.0[..], b"c");
+    assert_eq!(&first.1[..], b"v-c");
+    let last_before = db.range(.."bc").next_back().unwrap().unwrap();
+    assert_eq!(&last_before.0[..], b"bb");
+}
+
+#[test]
+fn prefix_scans() {
+    let (db, _) = mem_db();
+    fill(&db);
+    db.put([0xFFu8, 0xFF], b"x").unwrap();
+    db.put([0xFFu8, 0xFF, 1], b"y").unwrap();
+    assert_eq!(keys(db.prefix("b")), ["b", "ba", "bb"]);
+    assert_eq!(keys(db.prefix("b").rev()), ["bb", "ba", "b"]);
+    assert_eq!(db.prefix([0xFFu8, 0xFF]).count(), 2);
+    assert_eq!(keys(db.prefix("zz")), Vec::<String>::new());
+}
+
+#[test]
+fn both_ends_meet_without_repeating() {
+    let (db, _) = mem_db();
+    for i in 0..100u32 {
+        db.put(format!("{i:03}"), b"v").unwrap();
+    }
+    db.flush().unwrap();
+    let mut it = db.iter();
+    let mut seen = Vec::new();
+    loop {
+        match it.next() {
+            Some(kv) => seen.push(kv.unwrap().0),
+            None => break,
+        }
+        match it.next_back() {
+            Some(kv) => seen.push(kv.unwrap().0),
+            None => break,
+        }
+    }
+    seen.sort();
+    seen.dedup();
+    assert_eq!(seen.len(), 100);
+}
+
+#[test]
+fn iterator_sees_a_consistent_view() {
+    let (db, _) = mem_db();
+    for i in 0..1000u32 {
+        db.put(format!("{i:04}"), b"old").unwrap();
+    }
+    let it = db.iter();
+    // Writes, flushes and compactions after the iterator was created stay invisible to it.
+    for i in 0..1000u32 {
+        db.put(format!("{i:04}"), b"new").unwrap();
+    }
+    db.put(b"zzzz", b"late").unwrap();
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    let all: Vec<_> = it.map(|r| r.unwrap()).collect();
+    assert_eq!(all.len(), 1000);
+    assert!(all.iter().all(|(_, v)| &v[..] == b"old"));
+}
+
+#[test]
+fn snapshots_pin_old_versions_through_compaction() {
+    let (db, storage) = mem_db();
+    db.put(b"k", b"v1").unwrap();
+    db.put(b"gone", b"x").unwrap();
+    let snap = db.snapshot();
+    db.put(b"k", b"v2").unwrap();
+    db.delete(b"gone").unwrap();
+    db.delete_range(b"a", b"z").unwrap();
+    for i in 0..2000u32 {
+        db.put(format!("fill{i:05}"), vec![0u8; 64]).unwrap();
+    }
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    assert_eq!(snap.get(b"k").unwrap().as_deref(), Some(&b"v1"[..]));
+    assert_eq!(snap.get(b"gone").unwrap().as_deref(), Some(&b"x"[..]));
+    assert_eq!(keys(snap.iter()), ["gone", "k"]);
+    assert_eq!(db.get(b"k").unwrap(), None, "the range delete covers k");
+    drop(snap);
+    db.compact_all().unwrap();
+    assert_eq!(db.get(b"gone").unwrap(), None);
+    drop(db);
+    let db = crate::reopen(&storage, cairn_kv::Options::small_for_tests());
+    assert_eq!(db.get(b"k").unwrap(), None);
+    assert_eq!(db.iter().count(), 2000);
+}

@@ -1,0 +1,208 @@
+//! The engine against a `BTreeMap` model: random operations, reopenings and power cuts.
+
+use std::collections::BTreeMap;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use cairn_kv::{Db, MemStorage, Options, Snapshot, WriteBatch, WriteOptions};
+use proptest::prelude::*;
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
+
+#[derive(Clone, Debug)]
+enum Op {
+    Put(u8, Vec<u8>, bool),
+    Delete(u8, bool),
+    DeleteRange(u8, u8),
+    Batch(Vec<(u8, Option<Vec<u8>>)>),
+    Get(u8),
+    Scan(u8, u8, bool),
+    TakeSnapshot,
+    CheckSnapshots,
+    Flush,
+    CompactAll,
+    Reopen,
+    Crash,
+}
+
+fn key(k: u8) -> Vec<u8> {
+    format!("key{:03}", k % 60).into_bytes()
+}
+
+fn value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        8 => proptest::collection::vec(any::<u8>(), 0..24),
+        1 => (0u8..255, 1000usize..20_000).prop_map(|(b, n)| vec![b; n]),
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        30 => (any::<u8>(), value(), any::<bool>()).prop_map(|(k, v, s)| Op::Put(k, v, s)),
+        8 => (any::<u8>(), any::<bool>()).prop_map(|(k, s)| Op::Delete(k, s)),
+        3 => (any::<u8>(), any::<u8>()).prop_map(|(a, b)| Op::DeleteRange(a, b)),
+        5 => proptest::collection::vec((any::<u8>(), proptest::option::of(value())), 1..8).prop_map(Op::Batch),
+        15 => any::<u8>().prop_map(Op::Get),
+        6 => (any::<u8>(), any::<u8>(), any::<bool>()).prop_map(|(a, b, r)| Op::Scan(a, b, r)),
+        2 => Just(Op::TakeSnapshot),
+        3 => Just(Op::CheckSnapshots),
+        3 => Just(Op::Flush),
+        2 => Just(Op::CompactAll),
+        2 => Just(Op::Reopen),
+        2 => Just(Op::Crash),
+    ]
+}
+
+fn opts() -> Options {
+    Options { memtable_size: 16 << 10, target_file_size: 16 << 10, ..Options::small_for_tests() }
+}
+
+fn open(storage: &MemStorage) -> Db {
+    Db::open_with_storage("/m", opts(), Arc::new(storage.clone())).unwrap()
+}
+
+fn contents(db: &Db) -> Model {
+    db.iter().map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+}
+
+fn wopts(sync: bool) -> WriteOptions {
+    WriteOptions { sync }
+}
+
+fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let storage = MemStorage::new();
+    let mut db = open(&storage);
+    let mut model = Model::new();
+    // States reached by writes not yet known durable (a power cut may roll back to any of them).
+    let mut since_sync: Vec<Model> = Vec::new();
+    let mut durable = Model::new();
+    let mut snaps: Vec<(Snapshot, Model)> = Vec::new();
+    for op in ops {
+        match op {
+            Op::Put(k, v, sync) => {
+                db.write_opt(one(|b| b.put(key(k), &v)), wopts(sync)).unwrap();
+                model.insert(key(k), v);
+                note(&mut durable, &mut since_sync, &model, sync);
+            }
+            Op::Delete(k, sync) => {
+                db.write_opt(one(|b| b.delete(key(k))), wopts(sync)).unwrap();
+                model.remove(&key(k));
+                note(&mut durable, &mut since_sync, &model, sync);
+            }
+            Op::DeleteRange(a, b) => {
+                let (a, b) = (key(a), key(b));
+                db.delete_range(&a, &b).unwrap();
+                model.retain(|k, _| !(a <= *k && *k < b));
+                note(&mut durable, &mut since_sync, &model, true);
+            }
+            Op::Batch(items) => {
+                let mut b = WriteBatch::new();
+                for (k, v) in &items {
+                    match v {
+                        Some(v) => {
+                            b.put(key(*k), v).unwrap();
+                            model.insert(key(*k), v.clone());
+                        }
+                        None => {
+                            b.delete(key(*k)).unwrap();
+                            model.remove(&key(*k));
+                        }
+                    }
+                }
+                db.write(b).unwrap();
+                note(&mut durable, &mut since_sync, &model, true);
+            }
+            Op::Get(k) => {
+                prop_assert_eq!(db.get(key(k)).unwrap().map(|v| v.to_vec()), model.get(&key(k)).cloned());
+            }
+            Op::Scan(a, b, rev) => {
+                let (lo, hi) = (key(a).min(key(b)), key(a).max(key(b)));
+                let expect: Vec<_> = model
+                    .range::<Vec<u8>, _>((Bound::Included(&lo), Bound::Excluded(&hi)))
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect();
+                let mut got: Vec<_> = if rev {
+                    db.range(lo.clone()..hi.clone())
+                        .rev()
+                        .map(|r| r.unwrap())
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .collect()
+                } else {
+                    db.range(lo.clone()..hi.clone())
+                        .map(|r| r.unwrap())
+                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                        .collect()
+                };
+                if rev {
+                    got.reverse();
+                }
+                prop_assert_eq!(got, expect);
+            }
+            Op::TakeSnapshot => {
+                if snaps.len() < 4 {
+                    snaps.push((db.snapshot(), model.clone()));
+                }
+            }
+            Op::CheckSnapshots => {
+                for (s, m) in &snaps {
+                    let got: Model = s.iter().map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+                    prop_assert_eq!(&got, m);
+                }
+            }
+            Op::Flush => db.flush().unwrap(),
+            Op::CompactAll => db.compact_all().unwrap(),
+            Op::Reopen => {
+                snaps.clear();
+                drop(db);
+                db = open(&storage);
+                since_sync.clear();
+                durable = model.clone();
+                prop_assert_eq!(contents(&db), model.clone());
+            }
+            Op::Crash => {
+                snaps.clear();
+                drop(db);
+                storage.crash();
+                db = open(&storage);
+                let got = contents(&db);
+                // Everything synced survives; unsynced writes survive as a prefix.
+                let ok = got == durable || since_sync.contains(&got);
+                prop_assert!(ok, "state after power cut is not a prefix of the writes");
+                model = got;
+                durable = model.clone();
+                since_sync.clear();
+            }
+        }
+    }
+    for (s, m) in &snaps {
+        let got: Model = s.iter().map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        prop_assert_eq!(&got, m);
+    }
+    prop_assert_eq!(contents(&db), model);
+    Ok(())
+}
+
+fn one(f: impl FnOnce(&mut WriteBatch) -> cairn_kv::Result<()>) -> WriteBatch {
+    let mut b = WriteBatch::new();
+    f(&mut b).unwrap();
+    b
+}
+
+/// Records the model state after a write: a synced write makes everything before it durable;
+/// an unsynced one adds a state a power cut may roll back to.
+fn note(durable: &mut Model, since_sync: &mut Vec<Model>, model: &Model, synced: bool) {
+    if synced {
+        *durable = model.clone();
+        since_sync.clear();
+    } else {
+        since_sync.push(model.clone());
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #[test]
+    fn engine_matches_model(ops in proptest::collection::vec(op(), 1..150)) {
+        run(ops)?;
+    }
+}
