@@ -18,14 +18,22 @@ pub(crate) fn spawn(inner: &Arc<DbInner>) -> Result<Vec<JoinHandle<()>>> {
     let mut threads = Vec::new();
     let spawn_err = |e| Error::io("", e);
     let i = inner.clone();
-    threads
-        .push(std::thread::Builder::new().name("cairn-flush".into()).spawn(move || flush_loop(&i)).map_err(spawn_err)?);
+    let flush = move || guarded(&i, "flush", flush_loop);
+    threads.push(std::thread::Builder::new().name("cairn-flush".into()).spawn(flush).map_err(spawn_err)?);
     for n in 0..inner.opts.compaction_threads.max(1) {
         let i = inner.clone();
-        let t = std::thread::Builder::new().name(format!("cairn-compact-{n}")).spawn(move || compaction_loop(&i));
+        let compact = move || guarded(&i, "compaction", compaction_loop);
+        let t = std::thread::Builder::new().name(format!("cairn-compact-{n}")).spawn(compact);
         threads.push(t.map_err(spawn_err)?);
     }
     Ok(threads)
+}
+
+/// Runs a worker; a panic poisons the engine instead of leaving it on unknown state.
+fn guarded(inner: &Arc<DbInner>, what: &str, work: fn(&Arc<DbInner>)) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work(inner))).is_err() {
+        inner.poison(format!("the {what} thread panicked"));
+    }
 }
 
 fn stopping(inner: &DbInner) -> bool {

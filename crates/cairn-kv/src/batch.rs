@@ -139,15 +139,18 @@ pub(crate) fn encode_group<'a>(
     }
 }
 
-/// A decoded log record: the first sequence number and the operations, numbered in order.
+/// A decoded write-ahead-log record: the first sequence number and the operations, numbered in
+/// order from it.
 #[derive(Debug)]
-pub(crate) struct DecodedRecord<'a> {
+pub struct DecodedRecord<'a> {
+    /// Sequence number of the first operation.
     pub base_seq: SeqNo,
+    /// The operations.
     pub ops: Vec<BatchOp<'a>>,
 }
 
-/// Decodes a log-record payload. Errors carry the offset within the payload.
-pub(crate) fn decode_record(payload: &[u8]) -> std::result::Result<DecodedRecord<'_>, (usize, String)> {
+/// Decodes a write-ahead-log record payload. Errors carry the offset within the payload.
+pub fn decode_record(payload: &[u8]) -> std::result::Result<DecodedRecord<'_>, (usize, String)> {
     let mut r = Reader::new(payload);
     let base_seq = r.u64().ok_or((0, "record shorter than its header".to_string()))?;
     let count = r.u32().ok_or((8, "record shorter than its header".to_string()))?;

@@ -365,7 +365,7 @@ impl Db {
         if req.batch.is_empty() && req.validation.is_none() {
             return Ok(());
         }
-        inner.queue.write(req, |group| crate::write::lead_group(inner, group))
+        inner.queue.write(req, |group| crate::write::lead_group(inner, group), |why| inner.poison(why))
     }
 
     /// Reads the current value of `key`.

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::Result;
 use crate::batch::WriteBatch;
 use crate::key::SeqNo;
+use crate::{Error, Result};
 
 /// Keys a transaction read or wrote, checked at commit against writes after its snapshot.
 pub(crate) struct Validation {
@@ -31,7 +31,10 @@ pub(crate) struct Slot {
 
 impl Slot {
     pub fn finish(&self, r: Result<()>) {
-        *self.result.lock() = Some(r);
+        let mut slot = self.result.lock();
+        if slot.is_none() {
+            *slot = Some(r);
+        }
     }
 }
 
@@ -53,8 +56,9 @@ const MAX_GROUP_BYTES: usize = 8 << 20;
 
 impl WriteQueue {
     /// Queues `req` and returns once it was applied (or failed). `lead` processes a group and
-    /// must call [`Slot::finish`] on every slot it was given.
-    pub fn write(&self, req: WriteRequest, lead: impl Fn(&[Arc<Slot>])) -> Result<()> {
+    /// must call [`Slot::finish`] on every slot it was given. If `lead` panics, every member of
+    /// the group fails, `on_panic` is told (it poisons the engine), and the queue stays usable.
+    pub fn write(&self, req: WriteRequest, lead: impl Fn(&[Arc<Slot>]), on_panic: impl Fn(String)) -> Result<()> {
         let slot = Arc::new(Slot { request: Mutex::new(Some(req)), result: Mutex::new(None) });
         let mut q = self.q.lock();
         q.waiting.push_back(slot.clone());
@@ -75,7 +79,13 @@ impl WriteQueue {
                     group.extend(q.waiting.pop_front());
                 }
                 drop(q);
-                lead(&group);
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lead(&group))).is_err() {
+                    let why = "the write path panicked".to_string();
+                    on_panic(why.clone());
+                    for s in &group {
+                        s.finish(Err(Error::Poisoned(why.clone())));
+                    }
+                }
                 q = self.q.lock();
                 q.leader_active = false;
                 self.cv.notify_all();
@@ -83,5 +93,61 @@ impl WriteQueue {
             }
             self.cv.wait(&mut q);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    fn req() -> WriteRequest {
+        let mut batch = WriteBatch::new();
+        batch.put(b"k", b"v").unwrap();
+        WriteRequest { batch, sync: false, validation: None }
+    }
+
+    #[test]
+    fn groups_form_and_every_writer_gets_a_result() {
+        let q = Arc::new(WriteQueue::default());
+        let groups = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (q, groups) = (q.clone(), groups.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..100 {
+                        let lead = |g: &[Arc<Slot>]| {
+                            groups.fetch_add(1, Ordering::Relaxed);
+                            std::thread::sleep(std::time::Duration::from_micros(200));
+                            for s in g {
+                                s.finish(Ok(()));
+                            }
+                        };
+                        q.write(req(), lead, |_| {}).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(groups.load(Ordering::Relaxed) < 800, "writers were grouped");
+    }
+
+    #[test]
+    fn a_panicking_leader_fails_its_group_and_frees_the_queue() {
+        let q = WriteQueue::default();
+        let poisoned = AtomicUsize::new(0);
+        let r = q.write(
+            req(),
+            |_| panic!("boom"),
+            |_| {
+                poisoned.fetch_add(1, Ordering::Relaxed);
+            },
+        );
+        assert!(matches!(r, Err(Error::Poisoned(_))));
+        assert_eq!(poisoned.load(Ordering::Relaxed), 1);
+        let ok = q.write(req(), |g| g.iter().for_each(|s| s.finish(Ok(()))), |_| {});
+        assert!(ok.is_ok());
     }
 }
