@@ -127,15 +127,20 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     for f in c.all() {
         st.compacting.remove(&f.no());
     }
-    if c.level == 0 {
+    let level = c.level;
+    let applied = result.and_then(|edit| crate::background::log_and_apply(inner, &mut st, edit));
+    // Release the inputs before announcing completion, so that files the compaction made
+    // obsolete are already deleted when waiters wake up.
+    drop(c);
+    if level == 0 {
         st.l0_compacting = false;
     }
     st.running_compactions -= 1;
-    let edit = result?;
-    crate::background::log_and_apply(inner, &mut st, edit)?;
-    inner.counters.add_compaction();
+    if applied.is_ok() {
+        inner.counters.add_compaction();
+    }
     inner.bg_cv.notify_all();
-    Ok(())
+    applied
 }
 
 fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Result<VersionEdit> {

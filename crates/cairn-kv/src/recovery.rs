@@ -135,19 +135,22 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     }
     version = version.apply(&edit, &cleaner)?;
 
-    // 3. A new WAL and a new MANIFEST describing everything; CURRENT switches atomically.
+    // 3. A new MANIFEST describing everything (CURRENT switches atomically), then the new WAL.
+    //    The WAL comes second: until CURRENT names the new MANIFEST the old logs are the truth,
+    //    and a new log beside them would make the newest of them look older than it is.
     let wal_no = next_file_no;
     let manifest_no = next_file_no + 1;
     next_file_no += 2;
-    let wpath = wal_path(dir, wal_no);
-    let wfile = storage.create(&wpath).at(&wpath)?;
-    let mut writer = LogWriter::create(wfile, wpath, WAL_MAGIC)?;
-    writer.sync()?;
     let mut first = version.snapshot_edit();
     first.log_number = Some(wal_no);
     first.next_file_number = Some(next_file_no);
     first.last_seq = Some(last_seq);
     let manifest = ManifestWriter::create(&storage, dir, manifest_no, &first)?;
+    let wpath = wal_path(dir, wal_no);
+    let wfile = storage.create(&wpath).at(&wpath)?;
+    let mut writer = LogWriter::create(wfile, wpath, WAL_MAGIC)?;
+    writer.sync()?;
+    storage.sync_dir(dir).at(dir)?;
 
     // 4. Delete what the new MANIFEST does not name.
     let live = version.all_file_numbers();

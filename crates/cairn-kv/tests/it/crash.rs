@@ -111,7 +111,8 @@ fn power_cut_at_every_point() {
     }
     assert!(total > 500, "the workload should exercise flushes and compactions ({total} ops)");
     // Every cut point would take long in debug builds; a stride still hits every phase.
-    let stride = (total / 400).max(1);
+    // CAIRN_CRASH_STRIDE=1 cuts at every single operation.
+    let stride = std::env::var("CAIRN_CRASH_STRIDE").ok().and_then(|s| s.parse().ok()).unwrap_or((total / 400).max(1));
     let mut cut = 0;
     while cut < total {
         let storage = MemStorage::new();
@@ -131,7 +132,7 @@ fn power_cut_during_recovery() {
         let acked = run_workload(&storage);
         storage.crash();
         // Cut again while recovery replays logs and writes its tables and MANIFEST.
-        for second_cut in 0..40 {
+        for second_cut in 0..300 {
             storage.fail_after(second_cut);
             let _ = Db::open_with_storage("/c", opts(), Arc::new(storage.clone()));
             storage.crash();

@@ -200,7 +200,7 @@ fn note(durable: &mut Model, since_sync: &mut Vec<Model>, model: &Model, synced:
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    // 256 cases by default; PROPTEST_CASES raises it for longer runs.
     #[test]
     fn engine_matches_model(ops in proptest::collection::vec(op(), 1..150)) {
         run(ops)?;
