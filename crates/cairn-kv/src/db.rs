@@ -18,7 +18,6 @@ use crate::key::{self, MAX_SEQ, SeqNo, ValueKind};
 use crate::log::LogWriter;
 use crate::manifest::ManifestWriter;
 use crate::memtable::{Found, Memtable};
-use crate::range_del::FragmentedTombstones;
 use crate::snapshot::{Snapshot, SnapshotList};
 use crate::stats::{Counters, Stats};
 use crate::storage::{FileLock, Storage};
@@ -59,14 +58,23 @@ pub(crate) struct SuperVersion {
 }
 
 impl SuperVersion {
-    /// Every fragmented tombstone set, for coverage queries.
-    pub fn tombstone_sets(&self) -> Vec<Arc<FragmentedTombstones>> {
-        let mut sets: Vec<Arc<FragmentedTombstones>> =
-            self.imms.iter().chain(std::iter::once(&self.mem)).filter_map(|m| m.fragmented_tombstones()).collect();
-        if !self.version.fragmented.is_empty() {
-            sets.push(self.version.fragmented.clone());
+    /// The newest range tombstone `<= seq` covering `user_key`, from any memtable or the
+    /// version. Allocation-free when no range tombstone exists.
+    pub fn max_covering(&self, user_key: &[u8], seq: SeqNo) -> Option<SeqNo> {
+        let mut best = self.version.fragmented.max_covering(user_key, seq);
+        for m in self.imms.iter().chain(std::iter::once(&self.mem)) {
+            if m.has_range_tombstones() {
+                let t = m.fragmented_tombstones().and_then(|f| f.max_covering(user_key, seq));
+                best = best.max(t);
+            }
         }
-        sets
+        best
+    }
+
+    /// Whether any range tombstone is visible through this super version.
+    pub fn has_range_tombstones(&self) -> bool {
+        !self.version.tombstones.is_empty()
+            || self.imms.iter().chain(std::iter::once(&self.mem)).any(|m| m.has_range_tombstones())
     }
 }
 
@@ -249,8 +257,7 @@ impl DbInner {
         if found.kind == ValueKind::Delete {
             return Ok(None);
         }
-        let covering = sv.tombstone_sets().iter().filter_map(|s| s.max_covering(user_key, seq)).max();
-        if covering.is_some_and(|t| t > found.seq) {
+        if sv.max_covering(user_key, seq).is_some_and(|t| t > found.seq) {
             return Ok(None);
         }
         Ok(Some(found.value))
@@ -260,7 +267,7 @@ impl DbInner {
     /// delete), for transaction validation. Runs with the write queue held.
     pub(crate) fn latest_change(&self, sv: &SuperVersion, user_key: &[u8]) -> Result<Option<SeqNo>> {
         let point = self.find_version(sv, user_key, MAX_SEQ)?.map(|f| f.seq);
-        let range = sv.tombstone_sets().iter().filter_map(|s| s.max_covering(user_key, MAX_SEQ)).max();
+        let range = sv.max_covering(user_key, MAX_SEQ);
         Ok(point.max(range))
     }
 }

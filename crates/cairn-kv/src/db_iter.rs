@@ -122,8 +122,7 @@ impl Iter {
 
     fn with_bounds(inner: &Arc<DbInner>, seq: SeqNo, lower: Bound<Vec<u8>>, upper: Bound<Vec<u8>>) -> Iter {
         let sv = inner.sv.load_full();
-        let sets = sv.tombstone_sets();
-        let tombstones = if sets.is_empty() {
+        let tombstones = if !sv.has_range_tombstones() {
             None
         } else {
             let all: Vec<_> = sv

@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering as AtOrd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtOrd};
 
 use bytes::Bytes;
 use crossbeam_skiplist::SkipMap;
@@ -53,9 +53,9 @@ struct RangeDels {
 pub struct Memtable {
     map: SkipMap<MemKey, Bytes>,
     range_dels: RwLock<RangeDels>,
+    /// Set once a range tombstone is inserted (lets reads skip the lock otherwise).
+    has_range_dels: AtomicBool,
     approx_bytes: AtomicUsize,
-    min_seq: AtomicU64,
-    max_seq: AtomicU64,
     /// Number of the write-ahead log holding this memtable's writes.
     wal_number: u64,
 }
@@ -66,9 +66,8 @@ impl Memtable {
         Memtable {
             map: SkipMap::new(),
             range_dels: RwLock::new(RangeDels::default()),
+            has_range_dels: AtomicBool::new(false),
             approx_bytes: AtomicUsize::new(0),
-            min_seq: AtomicU64::new(u64::MAX),
-            max_seq: AtomicU64::new(0),
             wal_number,
         }
     }
@@ -87,25 +86,29 @@ impl Memtable {
         self.map.is_empty() && self.range_dels.read().list.is_empty()
     }
 
-    fn note_seq(&self, seq: SeqNo, bytes: usize) {
+    fn note_bytes(&self, bytes: usize) {
         self.approx_bytes.fetch_add(bytes + ENTRY_OVERHEAD, AtOrd::Relaxed);
-        self.min_seq.fetch_min(seq, AtOrd::Relaxed);
-        self.max_seq.fetch_max(seq, AtOrd::Relaxed);
     }
 
     /// Inserts a point entry.
     pub(crate) fn insert(&self, user_key: &[u8], seq: SeqNo, kind: ValueKind, value: &[u8]) {
         let ikey = key::internal_key(user_key, seq, kind as u8);
-        self.note_seq(seq, ikey.len() + value.len());
+        self.note_bytes(ikey.len() + value.len());
         self.map.insert(MemKey(Bytes::from(ikey)), Bytes::copy_from_slice(value));
     }
 
     /// Records a range tombstone.
     pub(crate) fn insert_range_delete(&self, start: &[u8], end: &[u8], seq: SeqNo) {
-        self.note_seq(seq, start.len() + end.len());
+        self.note_bytes(start.len() + end.len());
         let mut rd = self.range_dels.write();
         rd.list.push(RangeTombstone { start: Bytes::copy_from_slice(start), end: Bytes::copy_from_slice(end), seq });
         rd.fragmented = None;
+        self.has_range_dels.store(true, AtOrd::Release);
+    }
+
+    /// Whether any range tombstone was written to this memtable.
+    pub(crate) fn has_range_tombstones(&self) -> bool {
+        self.has_range_dels.load(AtOrd::Acquire)
     }
 
     /// Range tombstones written to this memtable.
