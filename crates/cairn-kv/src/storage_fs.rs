@@ -63,9 +63,13 @@ struct FsRandom {
 
 impl RandomAccessFile for FsRandom {
     fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        let end = offset.checked_add(len as u64).filter(|&e| e <= self.len);
-        if end.is_none() {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the file"));
+        // Never allocate past the end of the file (a damaged length must not exhaust memory).
+        // A file still being appended to (a pack) may have grown since it was opened, so a
+        // read past the length seen at open asks the file system again.
+        let eof = || io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the file");
+        let end = offset.checked_add(len as u64).ok_or_else(eof)?;
+        if end > self.len && end > self.file.metadata()?.len() {
+            return Err(eof());
         }
         let mut v = vec![0u8; len];
         self.file.read_exact_at(&mut v, offset)?;

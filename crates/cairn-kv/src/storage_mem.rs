@@ -308,6 +308,26 @@ impl Storage for MemStorage {
 }
 
 impl MemStorage {
+    /// An independent deep copy of the storage as it is now (live and durable state), with no
+    /// locks held and no fault injection: lets a test replay the same starting point many times.
+    pub fn clone_state(&self) -> MemStorage {
+        let s = self.state.lock();
+        let mut copies: BTreeMap<*const Mutex<Node>, NodeRef> = BTreeMap::new();
+        let mut copy = |n: &NodeRef| -> NodeRef {
+            copies
+                .entry(Arc::as_ptr(n))
+                .or_insert_with(|| {
+                    let g = n.lock();
+                    Arc::new(Mutex::new(Node { data: g.data.clone(), durable: g.durable.clone() }))
+                })
+                .clone()
+        };
+        let live = s.live.iter().map(|(p, n)| (p.clone(), copy(n))).collect();
+        let durable = s.durable.iter().map(|(p, n)| (p.clone(), copy(n))).collect();
+        let state = State { live, durable, dirs: s.dirs.clone(), ops: s.ops, ..State::default() };
+        MemStorage { state: Arc::new(Mutex::new(state)) }
+    }
+
     /// Current content of a file, for tests.
     pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
         let s = self.state.lock();

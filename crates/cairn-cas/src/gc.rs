@@ -1,0 +1,139 @@
+//! Garbage collection: packs whose live fraction fell below a threshold are rewritten (their
+//! live chunks copied to new packs) and deleted; packs nothing refers to are deleted.
+//!
+//! Crash safety: the copies are fsynced before the index switches to them in one synced engine
+//! write; old packs are deleted only after that. A crash before the switch leaves new packs no
+//! row names (orphans); a crash after it leaves old packs no row names. Either kind of orphan
+//! is deleted by the next collection.
+
+use std::collections::{BTreeMap, HashSet};
+
+use cairn_kv::WriteBatch;
+
+use crate::index::{self, ChunkRow, PackRow};
+use crate::pack::{self, PackWriter};
+use crate::{Error, Id, Result, Store};
+
+/// What a collection did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Packs with an index row before the collection.
+    pub packs_before: u64,
+    /// Packs rewritten or deleted because too little of them was live.
+    pub packs_collected: u64,
+    /// Pack files no index row named (left by a crash), deleted.
+    pub orphan_packs: u64,
+    /// Live chunks copied to new packs.
+    pub chunks_moved: u64,
+    /// Committed pack bytes before.
+    pub bytes_before: u64,
+    /// Committed pack bytes after.
+    pub bytes_after: u64,
+}
+
+impl Store {
+    /// Collects garbage: every pack with `live / total < min_live_fraction` is rewritten
+    /// (`0.5` is a sensible default; `1.0` rewrites every pack holding any garbage).
+    pub fn gc(&self, min_live_fraction: f64) -> Result<GcReport> {
+        let inner = &self.inner;
+        let storage = &inner.storage;
+        let dir = &inner.dir;
+        let mut w = inner.writer.lock();
+        // Close the open pack; whatever it holds beyond committed entries is garbage.
+        if let Some(mut p) = w.pack.take() {
+            p.sync()?;
+        }
+        let mut rows: BTreeMap<u64, PackRow> = BTreeMap::new();
+        for item in inner.db.prefix(index::PACK_PREFIX) {
+            let (k, v) = item?;
+            let no = k.get(index::PACK_PREFIX.len()..).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
+            let no = no.ok_or_else(|| Error::corruption("<index>", 0, "malformed pack key"))?;
+            rows.insert(no, PackRow::decode(&v)?);
+        }
+        let mut report = GcReport {
+            packs_before: rows.len() as u64,
+            bytes_before: rows.values().map(|r| r.total).sum(),
+            ..GcReport::default()
+        };
+        let names = storage.list_dir(dir).map_err(|e| Error::io(dir, e))?;
+        for no in names.iter().filter_map(|n| pack::parse_pack_name(n)) {
+            if !rows.contains_key(&no) {
+                inner.forget_pack(no);
+                storage.remove_file(&pack::pack_path(dir, no)).map_err(|e| Error::io(pack::pack_path(dir, no), e))?;
+                report.orphan_packs += 1;
+            }
+        }
+        let victims: HashSet<u64> = rows
+            .iter()
+            .filter(|(_, r)| (r.live as f64) < min_live_fraction * r.total as f64)
+            .map(|(&no, _)| no)
+            .collect();
+        if victims.is_empty() {
+            if report.orphan_packs > 0 {
+                storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+            }
+            report.bytes_after = report.bytes_before;
+            return Ok(report);
+        }
+        let mut moves: Vec<(Id, ChunkRow)> = Vec::new();
+        for item in inner.db.prefix(index::CHUNK_PREFIX) {
+            let (k, v) = item?;
+            let row = ChunkRow::decode(&v)?;
+            if victims.contains(&row.pack) {
+                let id = Id::from_slice(&k[index::CHUNK_PREFIX.len()..])
+                    .ok_or_else(|| Error::corruption("<index>", 0, "malformed chunk key"))?;
+                moves.push((id, row));
+            }
+        }
+        // Copy in pack order for sequential reads.
+        moves.sort_by_key(|(_, r)| (r.pack, r.offset));
+        let mut wb = WriteBatch::new();
+        let mut new_rows: BTreeMap<u64, PackRow> = BTreeMap::new();
+        let mut out: Option<PackWriter> = None;
+        for (id, row) in &moves {
+            let path = pack::pack_path(dir, row.pack);
+            let stored = pack::read_entry(inner.pack_file(row.pack)?.as_ref(), &path, row.offset, id, row.stored_len)?;
+            if out.as_ref().is_some_and(|p| p.len() >= inner.pack_target)
+                && let Some(mut p) = out.take()
+            {
+                p.sync()?;
+            }
+            if out.is_none() {
+                let no = w.next_pack;
+                w.next_pack += 1;
+                out = Some(PackWriter::create(storage, dir, no)?);
+            }
+            let Some(p) = out.as_mut() else { continue };
+            let offset = p.append(id, &stored)?;
+            let moved = ChunkRow { pack: p.no, offset, ..*row };
+            let nr = new_rows.entry(p.no).or_default();
+            nr.total += moved.entry_len();
+            nr.live += moved.entry_len();
+            wb.put(index::key(index::CHUNK_PREFIX, id), moved.encode())?;
+            report.chunks_moved += 1;
+        }
+        if let Some(mut p) = out.take() {
+            p.sync()?;
+        }
+        storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+        for no in &victims {
+            wb.delete(index::pack_key(*no))?;
+        }
+        for (no, r) in &new_rows {
+            wb.put(index::pack_key(*no), r.encode())?;
+        }
+        wb.put(index::NEXT_PACK, w.next_pack.to_le_bytes())?;
+        inner.db.write(wb)?;
+        w.persisted_next_pack = w.next_pack;
+        for no in &victims {
+            inner.forget_pack(*no);
+            let path = pack::pack_path(dir, *no);
+            storage.remove_file(&path).map_err(|e| Error::io(&path, e))?;
+        }
+        storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+        report.packs_collected = victims.len() as u64;
+        report.bytes_after = report.bytes_before - victims.iter().map(|n| rows[n].total).sum::<u64>()
+            + new_rows.values().map(|r| r.total).sum::<u64>();
+        Ok(report)
+    }
+}

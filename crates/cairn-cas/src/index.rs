@@ -1,0 +1,218 @@
+//! The store's rows in the key-value engine, all under the prefix `cas/` (format in
+//! `docs/format/cas.md`):
+//!
+//! | key | value |
+//! |---|---|
+//! | `cas/meta` | format version, hash algorithm, chunk sizes |
+//! | `cas/next_pack` | u64: number of the next pack to create |
+//! | `cas/c/<chunk id>` | [`ChunkRow`]: where the chunk is and how many references it has |
+//! | `cas/b/<blob id>` | [`BlobRow`]: references, size and the chunk list (first page) |
+//! | `cas/x/<blob id><page u32 BE>` | further pages of a long chunk list |
+//! | `cas/p/<pack u64 BE>` | [`PackRow`]: committed and live bytes of a pack |
+
+use crate::{Error, HashAlgo, Id, Result};
+
+pub(crate) const META: &[u8] = b"cas/meta";
+pub(crate) const NEXT_PACK: &[u8] = b"cas/next_pack";
+pub(crate) const CHUNK_PREFIX: &[u8] = b"cas/c/";
+pub(crate) const BLOB_PREFIX: &[u8] = b"cas/b/";
+pub(crate) const PAGE_PREFIX: &[u8] = b"cas/x/";
+pub(crate) const PACK_PREFIX: &[u8] = b"cas/p/";
+
+/// Chunk ids per blob row or page (2 MiB of ids).
+pub(crate) const IDS_PER_PAGE: usize = 65_536;
+
+fn bad(what: &str) -> Error {
+    Error::corruption("<index>", 0, format!("malformed {what} row"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+pub(crate) fn key(prefix: &[u8], id: &Id) -> Vec<u8> {
+    let mut k = Vec::with_capacity(prefix.len() + 32);
+    k.extend_from_slice(prefix);
+    k.extend_from_slice(id.as_bytes());
+    k
+}
+
+pub(crate) fn page_key(id: &Id, page: u32) -> Vec<u8> {
+    let mut k = key(PAGE_PREFIX, id);
+    k.extend_from_slice(&page.to_be_bytes());
+    k
+}
+
+pub(crate) fn pack_key(no: u64) -> Vec<u8> {
+    let mut k = PACK_PREFIX.to_vec();
+    k.extend_from_slice(&no.to_be_bytes());
+    k
+}
+
+/// The store's fixed settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Meta {
+    pub hash: HashAlgo,
+    pub min_chunk: u32,
+    pub avg_chunk: u32,
+    pub max_chunk: u32,
+}
+
+impl Meta {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = vec![1, self.hash.code()];
+        for x in [self.min_chunk, self.avg_chunk, self.max_chunk] {
+            v.extend_from_slice(&x.to_le_bytes());
+        }
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Meta> {
+        if b.len() != 14 || b[0] != 1 {
+            return Err(bad("meta"));
+        }
+        let hash = HashAlgo::from_code(b[1]).ok_or_else(|| bad("meta"))?;
+        let g = |at| u32_at(b, at).ok_or_else(|| bad("meta"));
+        Ok(Meta { hash, min_chunk: g(2)?, avg_chunk: g(6)?, max_chunk: g(10)? })
+    }
+}
+
+/// Where a chunk is stored and how many blob references point at it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ChunkRow {
+    pub pack: u64,
+    pub offset: u64,
+    pub stored_len: u32,
+    pub raw_len: u32,
+    pub refs: u64,
+}
+
+impl ChunkRow {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(32);
+        v.extend_from_slice(&self.pack.to_le_bytes());
+        v.extend_from_slice(&self.offset.to_le_bytes());
+        v.extend_from_slice(&self.stored_len.to_le_bytes());
+        v.extend_from_slice(&self.raw_len.to_le_bytes());
+        v.extend_from_slice(&self.refs.to_le_bytes());
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<ChunkRow> {
+        let f = || -> Option<ChunkRow> {
+            (b.len() == 32).then_some(())?;
+            Some(ChunkRow {
+                pack: u64_at(b, 0)?,
+                offset: u64_at(b, 8)?,
+                stored_len: u32_at(b, 16)?,
+                raw_len: u32_at(b, 20)?,
+                refs: u64_at(b, 24)?,
+            })
+        };
+        f().ok_or_else(|| bad("chunk"))
+    }
+
+    /// Bytes the entry occupies in its pack.
+    pub fn entry_len(&self) -> u64 {
+        self.stored_len as u64 + crate::pack::ENTRY_OVERHEAD
+    }
+}
+
+/// A blob: references, logical size, chunk count and the first page of chunk ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct BlobRow {
+    pub refs: u64,
+    pub size: u64,
+    pub chunk_count: u64,
+    pub first_page: Vec<Id>,
+}
+
+impl BlobRow {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(24 + 32 * self.first_page.len());
+        v.extend_from_slice(&self.refs.to_le_bytes());
+        v.extend_from_slice(&self.size.to_le_bytes());
+        v.extend_from_slice(&self.chunk_count.to_le_bytes());
+        for id in &self.first_page {
+            v.extend_from_slice(id.as_bytes());
+        }
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<BlobRow> {
+        let (refs, size, chunk_count) = match (u64_at(b, 0), u64_at(b, 8), u64_at(b, 16)) {
+            (Some(r), Some(s), Some(c)) => (r, s, c),
+            _ => return Err(bad("blob")),
+        };
+        let first_page = decode_ids(&b[24..]).ok_or_else(|| bad("blob"))?;
+        let expect = (chunk_count as usize).min(IDS_PER_PAGE);
+        if first_page.len() != expect {
+            return Err(bad("blob"));
+        }
+        Ok(BlobRow { refs, size, chunk_count, first_page })
+    }
+}
+
+pub(crate) fn encode_ids(ids: &[Id]) -> Vec<u8> {
+    ids.iter().flat_map(|i| i.0).collect()
+}
+
+pub(crate) fn decode_ids(b: &[u8]) -> Option<Vec<Id>> {
+    if !b.len().is_multiple_of(32) {
+        return None;
+    }
+    Some(b.chunks_exact(32).filter_map(Id::from_slice).collect())
+}
+
+/// Committed and live bytes of a pack (entries referenced by at least one blob).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct PackRow {
+    pub total: u64,
+    pub live: u64,
+}
+
+impl PackRow {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut v = self.total.to_le_bytes().to_vec();
+        v.extend_from_slice(&self.live.to_le_bytes());
+        v
+    }
+
+    pub fn decode(b: &[u8]) -> Result<PackRow> {
+        match (b.len(), u64_at(b, 0), u64_at(b, 8)) {
+            (16, Some(total), Some(live)) => Ok(PackRow { total, live }),
+            _ => Err(bad("pack")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn rows_round_trip(pack: u64, offset: u64, stored_len: u32, raw_len: u32, refs: u64, n in 0usize..5) {
+            let c = ChunkRow { pack, offset, stored_len, raw_len, refs };
+            prop_assert_eq!(ChunkRow::decode(&c.encode()).unwrap(), c);
+            let ids: Vec<Id> = (0..n).map(|i| Id([i as u8; 32])).collect();
+            let b = BlobRow { refs, size: offset, chunk_count: n as u64, first_page: ids };
+            prop_assert_eq!(BlobRow::decode(&b.encode()).unwrap(), b);
+            let p = PackRow { total: offset, live: pack };
+            prop_assert_eq!(PackRow::decode(&p.encode()).unwrap(), p);
+        }
+
+        #[test]
+        fn decoders_never_panic(b: Vec<u8>) {
+            let _ = ChunkRow::decode(&b);
+            let _ = BlobRow::decode(&b);
+            let _ = PackRow::decode(&b);
+            let _ = Meta::decode(&b);
+        }
+    }
+}

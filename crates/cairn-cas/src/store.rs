@@ -1,0 +1,614 @@
+//! [`Store`]: put, get, release and inspect blobs; [`Batch`]: many changes committed with one
+//! pack fsync and one engine write.
+//!
+//! Durability order of a commit: pack bytes are fsynced (and a new pack's directory entry),
+//! then the index rows are written to the engine with a synced batch. The index therefore never
+//! names bytes that are not durable; a crash before the index write leaves unreferenced bytes
+//! in a pack, which garbage collection reclaims.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_kv::{Db, RandomAccessFile, Storage, WriteBatch};
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::index::{self, BlobRow, ChunkRow, IDS_PER_PAGE, Meta, PackRow};
+use crate::pack::{self, PackWriter, StoredChunk};
+use crate::{Error, HashAlgo, Id, Result};
+
+/// Settings of a store. The hash and chunk sizes are fixed when the store is created; later
+/// opens use the stored ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreConfig {
+    /// Hash of chunk and blob ids (default BLAKE3).
+    pub hash: HashAlgo,
+    /// Smallest chunk cut by content-defined chunking (default 4 KiB).
+    pub min_chunk: u32,
+    /// Average chunk size (default 16 KiB).
+    pub avg_chunk: u32,
+    /// Largest chunk (default 64 KiB).
+    pub max_chunk: u32,
+    /// A pack is closed once it reaches this many bytes (default 64 MiB).
+    pub pack_target: u64,
+    /// zstd level for chunks (default 3).
+    pub zstd_level: i32,
+}
+
+impl Default for StoreConfig {
+    fn default() -> Self {
+        StoreConfig {
+            hash: HashAlgo::Blake3,
+            min_chunk: 4 << 10,
+            avg_chunk: 16 << 10,
+            max_chunk: 64 << 10,
+            pack_target: 64 << 20,
+            zstd_level: 3,
+        }
+    }
+}
+
+impl StoreConfig {
+    fn check(&self) -> Result<()> {
+        use fastcdc::v2020::{AVERAGE_MAX, AVERAGE_MIN, MAXIMUM_MAX, MAXIMUM_MIN, MINIMUM_MAX, MINIMUM_MIN};
+        let (mi, av, ma) = (self.min_chunk as usize, self.avg_chunk as usize, self.max_chunk as usize);
+        let ok = (MINIMUM_MIN..=MINIMUM_MAX).contains(&mi)
+            && (AVERAGE_MIN..=AVERAGE_MAX).contains(&av)
+            && (MAXIMUM_MIN..=MAXIMUM_MAX.min(pack::MAX_CHUNK as usize)).contains(&ma)
+            && mi <= av
+            && av <= ma
+            && [mi, av, ma].iter().all(|x| x % 2 == 0);
+        if !ok {
+            return Err(Error::InvalidArgument(format!(
+                "chunk sizes {mi}/{av}/{ma} must be even, ordered, and within FastCDC's limits"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What a put did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PutOutcome {
+    /// The blob's id (hash of its whole content).
+    pub id: Id,
+    /// Logical size in bytes.
+    pub size: u64,
+    /// Chunks the blob is made of.
+    pub chunks: u64,
+    /// Chunks that were not stored before.
+    pub new_chunks: u64,
+    /// Bytes appended to packs for this put (0 when everything was deduplicated).
+    pub stored_bytes: u64,
+    /// Whether the whole blob was already stored (only its reference count changed).
+    pub existed: bool,
+}
+
+/// A stored blob.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlobInfo {
+    /// Logical size in bytes.
+    pub size: u64,
+    /// References held on it.
+    pub refs: u64,
+    /// Number of chunks.
+    pub chunks: u64,
+}
+
+/// Totals of a store.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Distinct blobs.
+    pub blobs: u64,
+    /// Sum of the sizes of distinct blobs.
+    pub logical_bytes: u64,
+    /// Distinct chunks.
+    pub chunks: u64,
+    /// Sum of the raw sizes of distinct chunks (after deduplication, before compression).
+    pub chunk_bytes: u64,
+    /// Pack bytes committed (after compression, including dead entries).
+    pub stored_bytes: u64,
+    /// Pack bytes still referenced.
+    pub live_bytes: u64,
+    /// Pack files.
+    pub packs: u64,
+}
+
+pub(crate) struct WriterState {
+    pub pack: Option<PackWriter>,
+    /// Whether the open pack's directory entry is durable.
+    pub pack_in_dir: bool,
+    pub next_pack: u64,
+    /// The `next_pack` value the index holds.
+    pub persisted_next_pack: u64,
+}
+
+pub(crate) struct Inner {
+    pub db: Db,
+    pub storage: Arc<dyn Storage>,
+    pub dir: PathBuf,
+    pub meta: Meta,
+    pub pack_target: u64,
+    pub zstd_level: i32,
+    pub writer: Mutex<WriterState>,
+    readers: Mutex<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+}
+
+/// A content-addressed blob store: packs in a directory, index rows in a [`Db`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Store {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Store {
+    /// Opens (or creates) the store whose packs live in `dir` and whose index lives in `db`.
+    pub fn open(db: Db, storage: Arc<dyn Storage>, dir: impl Into<PathBuf>, config: StoreConfig) -> Result<Store> {
+        config.check()?;
+        let dir = dir.into();
+        storage.create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let meta = match db.get(index::META)? {
+            Some(b) => Meta::decode(&b)?,
+            None => {
+                let m = Meta {
+                    hash: config.hash,
+                    min_chunk: config.min_chunk,
+                    avg_chunk: config.avg_chunk,
+                    max_chunk: config.max_chunk,
+                };
+                db.put(index::META, m.encode())?;
+                m
+            }
+        };
+        let next_pack = match db.get(index::NEXT_PACK)? {
+            Some(b) => u64::from_le_bytes(
+                b.as_ref().try_into().map_err(|_| Error::corruption("<index>", 0, "malformed next_pack row"))?,
+            ),
+            None => 1,
+        };
+        let inner = Inner {
+            db,
+            storage,
+            dir,
+            meta,
+            pack_target: config.pack_target.max(1 << 16),
+            zstd_level: config.zstd_level,
+            writer: Mutex::new(WriterState {
+                pack: None,
+                pack_in_dir: false,
+                next_pack,
+                persisted_next_pack: next_pack,
+            }),
+            readers: Mutex::new(HashMap::new()),
+        };
+        Ok(Store { inner: Arc::new(inner) })
+    }
+
+    /// The store's hash function.
+    pub fn hash_algo(&self) -> HashAlgo {
+        self.inner.meta.hash
+    }
+
+    /// The directory holding the packs.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// Starts a batch; it holds the store's writer until committed or dropped.
+    pub fn batch(&self) -> Batch<'_> {
+        Batch {
+            inner: &self.inner,
+            w: self.inner.writer.lock(),
+            chunks: HashMap::new(),
+            blobs: HashMap::new(),
+            packs: HashMap::new(),
+        }
+    }
+
+    /// Stores `data` (one reference) and commits.
+    pub fn put(&self, data: &[u8]) -> Result<PutOutcome> {
+        let mut b = self.batch();
+        let o = b.put(data)?;
+        b.commit()?;
+        Ok(o)
+    }
+
+    /// Stores everything `r` yields, chunk by chunk in bounded memory, and commits.
+    pub fn put_reader(&self, r: impl Read) -> Result<PutOutcome> {
+        let mut b = self.batch();
+        let o = b.put_reader(r)?;
+        b.commit()?;
+        Ok(o)
+    }
+
+    /// Drops one reference; returns whether the blob existed. Chunks no blob needs any more
+    /// become garbage for [`Store::gc`].
+    pub fn release(&self, id: &Id) -> Result<bool> {
+        let mut b = self.batch();
+        let existed = b.release(id)?;
+        b.commit()?;
+        Ok(existed)
+    }
+
+    /// Size, references and chunk count of a blob.
+    pub fn blob_info(&self, id: &Id) -> Result<Option<BlobInfo>> {
+        Ok(self
+            .inner
+            .db
+            .get(index::key(index::BLOB_PREFIX, id))?
+            .map(|b| BlobRow::decode(&b))
+            .transpose()?
+            .map(|r| BlobInfo { size: r.size, refs: r.refs, chunks: r.chunk_count }))
+    }
+
+    /// Whether a blob is stored.
+    pub fn contains(&self, id: &Id) -> Result<bool> {
+        Ok(self.inner.db.get(index::key(index::BLOB_PREFIX, id))?.is_some())
+    }
+
+    /// Reads a whole blob into memory (see [`Store::reader`] for large blobs).
+    pub fn get(&self, id: &Id) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        self.reader(id)?.read_to_end(&mut out).map_err(unwrap_io)?;
+        Ok(out)
+    }
+
+    /// A reader streaming a blob chunk by chunk; every chunk is checked against its hash.
+    pub fn reader(&self, id: &Id) -> Result<crate::BlobReader> {
+        let row = self.inner.blob_row(id)?.ok_or(Error::NotFound(*id))?;
+        let ids = self.inner.chunk_ids(id, &row)?;
+        Ok(crate::BlobReader::new(self.clone(), ids, row.size))
+    }
+
+    /// Totals over the whole store.
+    pub fn stats(&self) -> Result<StoreStats> {
+        let db = &self.inner.db;
+        let mut s = StoreStats::default();
+        for item in db.prefix(index::BLOB_PREFIX) {
+            let (_, v) = item?;
+            s.blobs += 1;
+            s.logical_bytes += BlobRow::decode(&v)?.size;
+        }
+        for item in db.prefix(index::CHUNK_PREFIX) {
+            let (_, v) = item?;
+            s.chunks += 1;
+            s.chunk_bytes += ChunkRow::decode(&v)?.raw_len as u64;
+        }
+        for item in db.prefix(index::PACK_PREFIX) {
+            let (_, v) = item?;
+            let p = PackRow::decode(&v)?;
+            s.packs += 1;
+            s.stored_bytes += p.total;
+            s.live_bytes += p.live;
+        }
+        Ok(s)
+    }
+}
+
+/// The error inside an `io::Error` made by [`crate::BlobReader`], if any.
+pub(crate) fn unwrap_io(e: std::io::Error) -> Error {
+    match e.downcast::<Error>() {
+        Ok(inner) => inner,
+        Err(e) => Error::io("<blob reader>", e),
+    }
+}
+
+impl Inner {
+    pub fn blob_row(&self, id: &Id) -> Result<Option<BlobRow>> {
+        self.db.get(index::key(index::BLOB_PREFIX, id))?.map(|b| BlobRow::decode(&b)).transpose()
+    }
+
+    pub fn chunk_row(&self, id: &Id) -> Result<Option<ChunkRow>> {
+        self.db.get(index::key(index::CHUNK_PREFIX, id))?.map(|b| ChunkRow::decode(&b)).transpose()
+    }
+
+    /// Every chunk id of a blob, in order (first page plus further pages).
+    pub fn chunk_ids(&self, id: &Id, row: &BlobRow) -> Result<Vec<Id>> {
+        let mut ids = row.first_page.clone();
+        let mut page = 1u32;
+        while (ids.len() as u64) < row.chunk_count {
+            let b = self.db.get(index::page_key(id, page))?.ok_or_else(|| {
+                Error::corruption("<index>", 0, format!("blob {id} is missing chunk-list page {page}"))
+            })?;
+            ids.extend(index::decode_ids(&b).ok_or_else(|| Error::corruption("<index>", 0, "malformed page row"))?);
+            page += 1;
+        }
+        if ids.len() as u64 != row.chunk_count {
+            return Err(Error::corruption("<index>", 0, format!("blob {id} lists the wrong number of chunks")));
+        }
+        Ok(ids)
+    }
+
+    pub fn pack_file(&self, no: u64) -> Result<Arc<dyn RandomAccessFile>> {
+        if let Some(f) = self.readers.lock().get(&no) {
+            return Ok(f.clone());
+        }
+        let path = pack::pack_path(&self.dir, no);
+        let f = self.storage.open_read(&path).map_err(|e| Error::io(&path, e))?;
+        self.readers.lock().insert(no, f.clone());
+        Ok(f)
+    }
+
+    pub fn forget_pack(&self, no: u64) {
+        self.readers.lock().remove(&no);
+    }
+
+    /// Reads, checks and decodes one chunk.
+    pub fn read_chunk(&self, id: &Id) -> Result<Vec<u8>> {
+        let row = self.chunk_row(id)?.ok_or(Error::MissingChunk(*id))?;
+        let path = pack::pack_path(&self.dir, row.pack);
+        let stored = pack::read_entry(self.pack_file(row.pack)?.as_ref(), &path, row.offset, id, row.stored_len)?;
+        if stored.raw_len != row.raw_len {
+            return Err(Error::corruption(&path, row.offset, "entry length differs from the index"));
+        }
+        let raw = stored.decode(&path, row.offset)?;
+        if self.meta.hash.hash(&raw) != *id {
+            return Err(Error::corruption(&path, row.offset, format!("chunk {id} does not hash to its id")));
+        }
+        Ok(raw)
+    }
+}
+
+type PendingBlob = (BlobRow, Option<Vec<Id>>);
+
+/// A group of puts and releases committed together: one pack fsync, one engine write.
+///
+/// Holds the store's writer: other batches wait until this one is committed or dropped.
+/// Dropping a batch without committing discards its changes (bytes it appended to a pack stay
+/// as unreferenced garbage).
+pub struct Batch<'a> {
+    inner: &'a Inner,
+    w: MutexGuard<'a, WriterState>,
+    chunks: HashMap<Id, ChunkRow>,
+    /// Pending blob rows (`None`: deleted), with the chunk ids beyond the first page of new blobs.
+    blobs: HashMap<Id, Option<PendingBlob>>,
+    packs: HashMap<u64, PackRow>,
+}
+
+impl Batch<'_> {
+    fn chunk_row(&self, id: &Id) -> Result<Option<ChunkRow>> {
+        match self.chunks.get(id) {
+            Some(r) if r.refs == 0 => Ok(None),
+            Some(r) => Ok(Some(*r)),
+            None => self.inner.chunk_row(id),
+        }
+    }
+
+    fn blob_row(&self, id: &Id) -> Result<Option<BlobRow>> {
+        match self.blobs.get(id) {
+            Some(Some((r, _))) => Ok(Some(r.clone())),
+            Some(None) => Ok(None),
+            None => self.inner.blob_row(id),
+        }
+    }
+
+    fn pack_row(&mut self, no: u64) -> Result<&mut PackRow> {
+        if !self.packs.contains_key(&no) {
+            let row = match self.inner.db.get(index::pack_key(no))? {
+                Some(b) => PackRow::decode(&b)?,
+                None => PackRow::default(),
+            };
+            self.packs.insert(no, row);
+        }
+        Ok(self.packs.entry(no).or_default())
+    }
+
+    /// The pack to append to, starting a new one when needed.
+    fn writer(&mut self) -> Result<&mut PackWriter> {
+        let full = self.w.pack.as_ref().is_some_and(|p| p.len() >= self.inner.pack_target);
+        if full && let Some(mut p) = self.w.pack.take() {
+            p.sync()?;
+            if !self.w.pack_in_dir {
+                let dir = &self.inner.dir;
+                self.inner.storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+            }
+        }
+        if self.w.pack.is_none() {
+            let no = self.w.next_pack;
+            self.w.next_pack += 1;
+            self.w.pack_in_dir = false;
+            self.w.pack = Some(PackWriter::create(&self.inner.storage, &self.inner.dir, no)?);
+        }
+        self.w.pack.as_mut().ok_or_else(|| Error::InvalidArgument("no pack".into()))
+    }
+
+    /// Adds a reference to chunk `id`, storing it (via `make`) if it is not stored yet.
+    /// Returns the bytes appended to a pack.
+    fn add_chunk_ref(&mut self, id: Id, make: impl FnOnce() -> StoredChunk) -> Result<u64> {
+        if let Some(mut row) = self.chunk_row(&id)? {
+            row.refs += 1;
+            self.chunks.insert(id, row);
+            return Ok(0);
+        }
+        let stored = make();
+        let w = self.writer()?;
+        let pack = w.no;
+        let offset = w.append(&id, &stored)?;
+        let row = ChunkRow { pack, offset, stored_len: stored.data.len() as u32, raw_len: stored.raw_len, refs: 1 };
+        let len = row.entry_len();
+        let p = self.pack_row(pack)?;
+        p.total += len;
+        p.live += len;
+        self.chunks.insert(id, row);
+        Ok(len)
+    }
+
+    fn drop_chunk_ref(&mut self, id: &Id) -> Result<()> {
+        let mut row = self.chunk_row(id)?.ok_or(Error::MissingChunk(*id))?;
+        row.refs -= 1;
+        if row.refs == 0 {
+            let len = row.entry_len();
+            let p = self.pack_row(row.pack)?;
+            p.live = p.live.saturating_sub(len);
+        }
+        self.chunks.insert(*id, row);
+        Ok(())
+    }
+
+    fn add_existing(&mut self, id: Id, mut row: BlobRow) -> PutOutcome {
+        row.refs += 1;
+        let o =
+            PutOutcome { id, size: row.size, chunks: row.chunk_count, new_chunks: 0, stored_bytes: 0, existed: true };
+        let pages = match self.blobs.remove(&id) {
+            Some(Some((_, pages))) => pages,
+            _ => None,
+        };
+        self.blobs.insert(id, Some((row, pages)));
+        o
+    }
+
+    fn add_new(&mut self, id: Id, size: u64, ids: Vec<Id>, new_chunks: u64, stored_bytes: u64) -> PutOutcome {
+        let chunks = ids.len() as u64;
+        let first_page = ids[..ids.len().min(IDS_PER_PAGE)].to_vec();
+        let rest = (ids.len() > IDS_PER_PAGE).then(|| ids[IDS_PER_PAGE..].to_vec());
+        let row = BlobRow { refs: 1, size, chunk_count: chunks, first_page };
+        self.blobs.insert(id, Some((row, rest)));
+        PutOutcome { id, size, chunks, new_chunks, stored_bytes, existed: false }
+    }
+
+    /// Stores `data` with one reference.
+    pub fn put(&mut self, data: &[u8]) -> Result<PutOutcome> {
+        let hash = self.inner.meta.hash;
+        let id = hash.hash(data);
+        if let Some(row) = self.blob_row(&id)? {
+            return Ok(self.add_existing(id, row));
+        }
+        let m = self.inner.meta;
+        let level = self.inner.zstd_level;
+        let mut ids = Vec::new();
+        let (mut new_chunks, mut stored_bytes) = (0, 0);
+        let cuts: Vec<(usize, usize)> = if data.len() <= m.min_chunk as usize {
+            vec![(0, data.len())]
+        } else {
+            fastcdc::v2020::FastCDC::new(data, m.min_chunk as usize, m.avg_chunk as usize, m.max_chunk as usize)
+                .map(|c| (c.offset, c.length))
+                .collect()
+        };
+        for (off, len) in cuts {
+            let chunk = &data[off..off + len];
+            let cid = hash.hash(chunk);
+            let n = self.add_chunk_ref(cid, || StoredChunk::encode(chunk, level))?;
+            if n > 0 {
+                new_chunks += 1;
+                stored_bytes += n;
+            }
+            ids.push(cid);
+        }
+        Ok(self.add_new(id, data.len() as u64, ids, new_chunks, stored_bytes))
+    }
+
+    /// Stores everything `r` yields, one chunk in memory at a time.
+    pub fn put_reader(&mut self, r: impl Read) -> Result<PutOutcome> {
+        let m = self.inner.meta;
+        let hash = m.hash;
+        let level = self.inner.zstd_level;
+        let mut whole = hash.hasher();
+        let mut ids = Vec::new();
+        let (mut new_chunks, mut stored_bytes, mut size) = (0, 0, 0u64);
+        let cdc = fastcdc::v2020::StreamCDC::new(r, m.min_chunk as usize, m.avg_chunk as usize, m.max_chunk as usize);
+        for chunk in cdc {
+            let chunk = chunk.map_err(|e| Error::Source(e.into()))?;
+            whole.update(&chunk.data);
+            size += chunk.data.len() as u64;
+            let cid = hash.hash(&chunk.data);
+            let n = self.add_chunk_ref(cid, || StoredChunk::encode(&chunk.data, level))?;
+            if n > 0 {
+                new_chunks += 1;
+                stored_bytes += n;
+            }
+            ids.push(cid);
+        }
+        let id = whole.finish();
+        if let Some(row) = self.blob_row(&id)? {
+            // Stored already: the chunk references taken above are not needed.
+            for cid in &ids {
+                self.drop_chunk_ref(cid)?;
+            }
+            return Ok(self.add_existing(id, row));
+        }
+        if ids.is_empty() {
+            // Empty content is one empty chunk, as `put` stores it.
+            let cid = hash.hash(&[]);
+            let n = self.add_chunk_ref(cid, || StoredChunk::encode(&[], level))?;
+            new_chunks += u64::from(n > 0);
+            stored_bytes += n;
+            ids.push(cid);
+        }
+        Ok(self.add_new(id, size, ids, new_chunks, stored_bytes))
+    }
+
+    /// Drops one reference to a blob; returns whether it existed.
+    pub fn release(&mut self, id: &Id) -> Result<bool> {
+        let Some(mut row) = self.blob_row(id)? else { return Ok(false) };
+        row.refs -= 1;
+        if row.refs > 0 {
+            let pages = match self.blobs.remove(id) {
+                Some(Some((_, pages))) => pages,
+                _ => None,
+            };
+            self.blobs.insert(*id, Some((row, pages)));
+            return Ok(true);
+        }
+        let ids = match self.blobs.get(id) {
+            Some(Some((r, pages))) => {
+                let mut v = r.first_page.clone();
+                v.extend(pages.iter().flatten().copied());
+                v
+            }
+            _ => self.inner.chunk_ids(id, &row)?,
+        };
+        for cid in &ids {
+            self.drop_chunk_ref(cid)?;
+        }
+        self.blobs.insert(*id, None);
+        Ok(true)
+    }
+
+    /// Makes the batch durable: pack bytes first, then the index rows.
+    pub fn commit(mut self) -> Result<()> {
+        // Bytes this batch appended to the open pack must be durable before the index names them.
+        let wrote = self.w.pack.as_ref().is_some_and(|p| self.packs.contains_key(&p.no));
+        if wrote {
+            if let Some(p) = self.w.pack.as_mut() {
+                p.sync()?;
+            }
+            if !self.w.pack_in_dir {
+                let dir = &self.inner.dir;
+                self.inner.storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+                self.w.pack_in_dir = true;
+            }
+        }
+        let mut wb = WriteBatch::new();
+        for (id, row) in &self.chunks {
+            let k = index::key(index::CHUNK_PREFIX, id);
+            if row.refs == 0 { wb.delete(k)? } else { wb.put(k, row.encode())? }
+        }
+        for (id, b) in &self.blobs {
+            let k = index::key(index::BLOB_PREFIX, id);
+            match b {
+                Some((row, pages)) => {
+                    wb.put(k, row.encode())?;
+                    for (i, page) in pages.iter().flat_map(|p| p.chunks(IDS_PER_PAGE)).enumerate() {
+                        wb.put(index::page_key(id, i as u32 + 1), index::encode_ids(page))?;
+                    }
+                }
+                None => {
+                    wb.delete(k)?;
+                    let mut end = index::key(index::PAGE_PREFIX, id);
+                    end.extend_from_slice(&[0xFF; 5]);
+                    wb.delete_range(index::key(index::PAGE_PREFIX, id), end)?;
+                }
+            }
+        }
+        for (no, row) in &self.packs {
+            wb.put(index::pack_key(*no), row.encode())?;
+        }
+        let next_pack = self.w.next_pack;
+        if next_pack != self.w.persisted_next_pack {
+            wb.put(index::NEXT_PACK, next_pack.to_le_bytes())?;
+        }
+        self.inner.db.write(wb)?;
+        self.w.persisted_next_pack = next_pack;
+        Ok(())
+    }
+}
