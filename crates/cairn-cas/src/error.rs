@@ -43,6 +43,9 @@ pub enum Error {
     /// A chunk a blob needs is missing from the index (a dangling reference).
     #[error("blob refers to chunk {0}, which is not in the index")]
     MissingChunk(Id),
+    /// Prepared content refers to a chunk deleted since it was prepared; prepare it again.
+    #[error("prepared blob {0} is stale: a chunk it relied on was deleted; prepare it again")]
+    Stale(Id),
     /// The caller passed something the store cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

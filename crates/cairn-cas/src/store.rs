@@ -85,6 +85,23 @@ pub struct PutOutcome {
     pub existed: bool,
 }
 
+/// Content chunked, hashed and compressed outside the writer lock by [`Store::prepare`], ready
+/// for [`Batch::put_prepared`]. Chunks the index already held when prepared carry no data.
+#[derive(Clone, Debug)]
+pub struct Prepared {
+    id: Id,
+    size: u64,
+    existed: bool,
+    chunks: Vec<(Id, Option<StoredChunk>)>,
+}
+
+impl Prepared {
+    /// The blob id.
+    pub fn id(&self) -> Id {
+        self.id
+    }
+}
+
 /// A stored blob.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct BlobInfo {
@@ -202,7 +219,29 @@ impl Store {
             chunks: HashMap::new(),
             blobs: HashMap::new(),
             packs: HashMap::new(),
+            extra: WriteBatch::new(),
         }
+    }
+
+    /// Chunks, hashes and compresses `data` without taking the writer, so many threads can
+    /// prepare at once; a [`Batch`] then stores the result.
+    pub fn prepare(&self, data: &[u8]) -> Result<Prepared> {
+        let m = self.inner.meta;
+        let id = m.hash.hash(data);
+        if self.inner.blob_row(&id)?.is_some() {
+            return Ok(Prepared { id, size: data.len() as u64, existed: true, chunks: Vec::new() });
+        }
+        let mut chunks = Vec::new();
+        for (off, len) in cut_points(&m, data) {
+            let chunk = &data[off..off + len];
+            let cid = m.hash.hash(chunk);
+            let stored = match self.inner.chunk_row(&cid)? {
+                Some(_) => None,
+                None => Some(StoredChunk::encode(chunk, self.inner.zstd_level)),
+            };
+            chunks.push((cid, stored));
+        }
+        Ok(Prepared { id, size: data.len() as u64, existed: false, chunks })
     }
 
     /// Stores `data` (one reference) and commits.
@@ -285,6 +324,17 @@ impl Store {
     }
 }
 
+/// Content-defined cut points of `data` as (offset, length); content up to the minimum chunk
+/// size is one chunk.
+fn cut_points(m: &Meta, data: &[u8]) -> Vec<(usize, usize)> {
+    if data.len() <= m.min_chunk as usize {
+        return vec![(0, data.len())];
+    }
+    fastcdc::v2020::FastCDC::new(data, m.min_chunk as usize, m.avg_chunk as usize, m.max_chunk as usize)
+        .map(|c| (c.offset, c.length))
+        .collect()
+}
+
 /// The error inside an `io::Error` made by [`crate::BlobReader`], if any.
 pub(crate) fn unwrap_io(e: std::io::Error) -> Error {
     match e.downcast::<Error>() {
@@ -363,6 +413,12 @@ pub struct Batch<'a> {
     /// Pending blob rows (`None`: deleted), with the chunk ids beyond the first page of new blobs.
     blobs: HashMap<Id, Option<PendingBlob>>,
     packs: HashMap<u64, PackRow>,
+    extra: WriteBatch,
+}
+
+/// The chunk is stored already, so its data is never asked for.
+fn unreachable_chunk() -> StoredChunk {
+    StoredChunk { codec: pack::CODEC_RAW, raw_len: 0, data: Vec::new() }
 }
 
 impl Batch<'_> {
@@ -477,14 +533,7 @@ impl Batch<'_> {
         let level = self.inner.zstd_level;
         let mut ids = Vec::new();
         let (mut new_chunks, mut stored_bytes) = (0, 0);
-        let cuts: Vec<(usize, usize)> = if data.len() <= m.min_chunk as usize {
-            vec![(0, data.len())]
-        } else {
-            fastcdc::v2020::FastCDC::new(data, m.min_chunk as usize, m.avg_chunk as usize, m.max_chunk as usize)
-                .map(|c| (c.offset, c.length))
-                .collect()
-        };
-        for (off, len) in cuts {
+        for (off, len) in cut_points(&m, data) {
             let chunk = &data[off..off + len];
             let cid = hash.hash(chunk);
             let n = self.add_chunk_ref(cid, || StoredChunk::encode(chunk, level))?;
@@ -495,6 +544,63 @@ impl Batch<'_> {
             ids.push(cid);
         }
         Ok(self.add_new(id, data.len() as u64, ids, new_chunks, stored_bytes))
+    }
+
+    /// Stores prepared content with one reference. Fails with [`Error::Stale`] if a chunk the
+    /// preparation skipped (because it was stored) has been deleted since; prepare again.
+    pub fn put_prepared(&mut self, p: Prepared) -> Result<PutOutcome> {
+        if let Some(row) = self.blob_row(&p.id)? {
+            return Ok(self.add_existing(p.id, row));
+        }
+        if p.existed {
+            return Err(Error::Stale(p.id));
+        }
+        let mut taken = Vec::with_capacity(p.chunks.len());
+        let (mut new_chunks, mut stored_bytes) = (0, 0);
+        for (cid, stored) in p.chunks {
+            let res = match (self.chunk_row(&cid)?, stored) {
+                (Some(_), _) => self.add_chunk_ref(cid, unreachable_chunk),
+                (None, Some(s)) => self.add_chunk_ref(cid, move || s),
+                (None, None) => Err(Error::Stale(p.id)),
+            };
+            match res {
+                Ok(n) => {
+                    if n > 0 {
+                        new_chunks += 1;
+                        stored_bytes += n;
+                    }
+                    taken.push(cid);
+                }
+                Err(e) => {
+                    for c in &taken {
+                        self.drop_chunk_ref(c)?;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(self.add_new(p.id, p.size, taken, new_chunks, stored_bytes))
+    }
+
+    /// Adds a row of the caller's own to the batch's engine write (committed atomically with the
+    /// store's rows). The key must not use the `cas/` prefix.
+    pub fn kv_put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        let key = key.as_ref();
+        if key.starts_with(b"cas/") {
+            return Err(Error::InvalidArgument("the cas/ prefix belongs to the blob store".into()));
+        }
+        self.extra.put(key, value)?;
+        Ok(())
+    }
+
+    /// Deletes a row of the caller's own in the batch's engine write.
+    pub fn kv_delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        let key = key.as_ref();
+        if key.starts_with(b"cas/") {
+            return Err(Error::InvalidArgument("the cas/ prefix belongs to the blob store".into()));
+        }
+        self.extra.delete(key)?;
+        Ok(())
     }
 
     /// Stores everything `r` yields, one chunk in memory at a time.
@@ -602,6 +708,13 @@ impl Batch<'_> {
         }
         for (no, row) in &self.packs {
             wb.put(index::pack_key(*no), row.encode())?;
+        }
+        for op in self.extra.iter() {
+            match op {
+                cairn_kv::BatchOp::Put(k, v) => wb.put(k, v)?,
+                cairn_kv::BatchOp::Delete(k) => wb.delete(k)?,
+                cairn_kv::BatchOp::DeleteRange(s, e) => wb.delete_range(s, e)?,
+            }
         }
         let next_pack = self.w.next_pack;
         if next_pack != self.w.persisted_next_pack {

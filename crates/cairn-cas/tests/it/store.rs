@@ -194,3 +194,42 @@ fn verify_reports_damage_precisely() {
     assert!(store.get(&a).is_ok());
     assert!(matches!(store.get(&b), Err(cairn_cas::Error::Corruption { .. })));
 }
+
+#[test]
+fn prepared_in_parallel_committed_in_one_batch_with_own_rows() {
+    let storage = MemStorage::new();
+    let (db, store) = open(&storage, config());
+    let shared = noise(50, 30_000);
+    store.put(&shared).unwrap();
+    let datas: Vec<Vec<u8>> = (0..8).map(|i| [shared.clone(), noise(60 + i, 20_000)].concat()).collect();
+    let prepared: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = datas.iter().map(|d| s.spawn(|| store.prepare(d).unwrap())).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut b = store.batch();
+    for (i, p) in prepared.into_iter().enumerate() {
+        let o = b.put_prepared(p).unwrap();
+        assert!(o.new_chunks < o.chunks, "the shared part is deduplicated");
+        b.kv_put(format!("mine/{i}"), o.id.as_bytes()).unwrap();
+    }
+    assert!(b.kv_put("cas/evil", b"x").is_err(), "the cas/ prefix is reserved");
+    b.commit().unwrap();
+    for (i, d) in datas.iter().enumerate() {
+        let id = Id::from_slice(&db.get(format!("mine/{i}")).unwrap().unwrap()).unwrap();
+        assert_eq!(&store.get(&id).unwrap(), d);
+    }
+    assert!(store.verify().unwrap().is_ok());
+}
+
+#[test]
+fn a_prepared_blob_whose_chunk_was_collected_is_stale() {
+    let storage = MemStorage::new();
+    let (_db, store) = open(&storage, config());
+    let data = noise(70, 100_000);
+    let first = store.put(&data).unwrap().id;
+    let p = store.prepare(&[data.clone(), noise(71, 10)].concat()).unwrap();
+    store.release(&first).unwrap();
+    store.gc(1.0).unwrap();
+    let mut b = store.batch();
+    assert!(matches!(b.put_prepared(p), Err(cairn_cas::Error::Stale(_))));
+}
