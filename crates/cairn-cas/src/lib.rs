@@ -20,5 +20,5 @@ pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use id::{HashAlgo, Hasher, Id};
 pub use reader::BlobReader;
-pub use store::{Batch, BlobInfo, Prepared, PutOutcome, Store, StoreConfig, StoreStats};
+pub use store::{Batch, BlobInfo, Prepared, PutOutcome, Store, StoreConfig, StoreStats, Usage};
 pub use verify::{Damage, VerifyReport};

@@ -113,6 +113,21 @@ pub struct BlobInfo {
     pub chunks: u64,
 }
 
+/// Space used by a set of blobs, shared chunks counted once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Distinct blobs.
+    pub blobs: u64,
+    /// Sum of their sizes.
+    pub logical_bytes: u64,
+    /// Distinct chunks.
+    pub chunks: u64,
+    /// Raw bytes of those chunks.
+    pub chunk_bytes: u64,
+    /// Bytes those chunks take in packs.
+    pub stored_bytes: u64,
+}
+
 /// Totals of a store.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreStats {
@@ -297,6 +312,30 @@ impl Store {
         let row = self.inner.blob_row(id)?.ok_or(Error::NotFound(*id))?;
         let ids = self.inner.chunk_ids(id, &row)?;
         Ok(crate::BlobReader::new(self.clone(), ids, row.size))
+    }
+
+    /// Space used by `blobs` (each distinct blob and chunk counted once).
+    pub fn usage<'a>(&self, blobs: impl IntoIterator<Item = &'a Id>) -> Result<Usage> {
+        let mut u = Usage::default();
+        let mut seen_blobs = std::collections::HashSet::new();
+        let mut seen_chunks = std::collections::HashSet::new();
+        for id in blobs {
+            if !seen_blobs.insert(*id) {
+                continue;
+            }
+            let row = self.inner.blob_row(id)?.ok_or(Error::NotFound(*id))?;
+            u.blobs += 1;
+            u.logical_bytes += row.size;
+            for cid in self.inner.chunk_ids(id, &row)? {
+                if seen_chunks.insert(cid) {
+                    let c = self.inner.chunk_row(&cid)?.ok_or(Error::MissingChunk(cid))?;
+                    u.chunks += 1;
+                    u.chunk_bytes += c.raw_len as u64;
+                    u.stored_bytes += c.entry_len();
+                }
+            }
+        }
+        Ok(u)
     }
 
     /// Totals over the whole store.

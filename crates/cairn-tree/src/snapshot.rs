@@ -1,0 +1,333 @@
+//! Taking a snapshot: scan in parallel, reuse content ids of files whose size, mtime, inode and
+//! ctime are unchanged (inode cache), read, chunk, hash and compress the others in parallel,
+//! store them in batches (one pack fsync and one engine write per batch), then build tree
+//! objects bottom-up. A tree or blob the tree layer already owns is not stored again, so an
+//! unchanged subtree costs nothing but its scan.
+
+use std::collections::HashSet;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use cairn_cas::{Batch, Id, Prepared};
+use rayon::prelude::*;
+
+use crate::object::{self, Entry, Kind};
+use crate::rows::{self, CacheRow, SnapshotInfo};
+use crate::scan::{self, Node};
+use crate::{Error, Result, Trees};
+
+/// Files bigger than this are streamed into the store one chunk at a time.
+const STREAM_ABOVE: u64 = 32 << 20;
+/// Bytes of file content prepared in memory before a batch is committed.
+const WINDOW_BYTES: u64 = 128 << 20;
+/// Files per batch at most.
+const WINDOW_FILES: usize = 4096;
+
+/// Progress of a snapshot, reported as it goes.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Progress {
+    /// Files found by the scan.
+    pub files_total: u64,
+    /// Files whose content id is known (cached or stored).
+    pub files_done: u64,
+    /// Bytes of those files.
+    pub bytes_done: u64,
+}
+
+/// What a snapshot did.
+#[derive(Clone, Debug)]
+pub struct SnapshotStats {
+    /// The snapshot's record.
+    pub info: SnapshotInfo,
+    /// Files read and hashed.
+    pub files_read: u64,
+    /// Files skipped because the inode cache showed them unchanged.
+    pub files_cached: u64,
+    /// Blobs (file contents, trees, link targets) newly stored.
+    pub blobs_stored: u64,
+    /// Bytes appended to packs.
+    pub bytes_stored: u64,
+    /// Sockets, FIFOs and devices skipped.
+    pub special_skipped: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+}
+
+fn now_ns() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+}
+
+/// Collects the files of a scanned tree in depth-first order.
+fn files<'a>(nodes: &'a [Node], out: &mut Vec<&'a Node>) {
+    for n in nodes {
+        match n {
+            Node::File { .. } => out.push(n),
+            Node::Dir { children, .. } => files(children, out),
+            Node::Symlink { .. } => {}
+        }
+    }
+}
+
+struct Writer<'a> {
+    trees: &'a Trees,
+    /// Blobs owned by the tree layer that this snapshot has made sure of.
+    owned: HashSet<Id>,
+    blobs_stored: u64,
+    bytes_stored: u64,
+}
+
+impl Writer<'_> {
+    fn is_owned(&mut self, id: &Id) -> Result<bool> {
+        if self.owned.contains(id) {
+            return Ok(true);
+        }
+        let yes = self.trees.db.get(rows::own_key(id))?.is_some();
+        if yes {
+            self.owned.insert(*id);
+        }
+        Ok(yes)
+    }
+
+    /// Takes the tree layer's reference on prepared content unless it holds one already.
+    fn own_prepared(&mut self, b: &mut Batch<'_>, p: Prepared, path: &Path) -> Result<Id> {
+        let id = p.id();
+        if self.is_owned(&id)? {
+            return Ok(id);
+        }
+        let o = match b.put_prepared(p) {
+            Ok(o) => o,
+            Err(cairn_cas::Error::Stale(_)) => {
+                let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+                b.put(&data)?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        self.note_new(b, o)
+    }
+
+    fn own_bytes(&mut self, b: &mut Batch<'_>, data: &[u8]) -> Result<Id> {
+        let id = self.trees.store.hash_algo().hash(data);
+        if self.is_owned(&id)? {
+            return Ok(id);
+        }
+        let o = b.put(data)?;
+        self.note_new(b, o)
+    }
+
+    fn note_new(&mut self, b: &mut Batch<'_>, o: cairn_cas::PutOutcome) -> Result<Id> {
+        b.kv_put(rows::own_key(&o.id), [])?;
+        self.owned.insert(o.id);
+        self.blobs_stored += 1;
+        self.bytes_stored += o.stored_bytes;
+        Ok(o.id)
+    }
+}
+
+impl Trees {
+    /// Snapshots `dir` under `name` (default: the directory name and the time).
+    pub fn snapshot(
+        &self,
+        dir: &Path,
+        name: Option<&str>,
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<SnapshotStats> {
+        let start = Instant::now();
+        let started_ns = now_ns();
+        let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+        let name = match name {
+            Some(n) => n.to_string(),
+            None => {
+                let base = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "root".into());
+                format!("{base}-{}", started_ns / 1_000_000)
+            }
+        };
+        if name.is_empty() || name.contains('\0') {
+            return Err(Error::InvalidArgument("snapshot names must be non-empty, without NUL".into()));
+        }
+        if self.db.get(rows::key(rows::SNAP_PREFIX, name.as_bytes()))?.is_some() {
+            return Err(Error::SnapshotExists(name));
+        }
+        let root_md = std::fs::metadata(&dir).map_err(|e| Error::io(&dir, e))?;
+        if !root_md.is_dir() {
+            return Err(Error::InvalidArgument(format!("{} is not a directory", dir.display())));
+        }
+        let special = AtomicU64::new(0);
+        let nodes = scan::scan_dir(&dir, &special)?;
+        let mut all = Vec::new();
+        files(&nodes, &mut all);
+        let total = all.len() as u64;
+        let done = AtomicU64::new(0);
+        let done_bytes = AtomicU64::new(0);
+        let report = |n: u64, b: u64| {
+            let f = done.fetch_add(n, Ordering::Relaxed) + n;
+            let by = done_bytes.fetch_add(b, Ordering::Relaxed) + b;
+            progress(Progress { files_total: total, files_done: f, bytes_done: by });
+        };
+
+        // 1. Content ids from the inode cache where the file is unchanged and still owned.
+        //    A file modified within the last second may change again without its mtime
+        //    changing, so it is neither trusted from nor written to the cache.
+        let racy_after = started_ns - 1_000_000_000;
+        let mut w = Writer { trees: self, owned: HashSet::new(), blobs_stored: 0, bytes_stored: 0 };
+        let mut ids: Vec<Option<Id>> = Vec::with_capacity(all.len());
+        for n in &all {
+            let Node::File { path, meta, .. } = n else { continue };
+            let key = rows::key(rows::CACHE_PREFIX, path.as_os_str().as_bytes());
+            let hit = match self.db.get(&key)?.as_deref().and_then(CacheRow::decode) {
+                Some(c)
+                    if c.size == meta.size
+                        && c.mtime_ns == meta.mtime_ns
+                        && c.ino == meta.ino
+                        && c.ctime_ns == meta.ctime_ns
+                        && meta.mtime_ns < racy_after
+                        && w.is_owned(&c.id)? =>
+                {
+                    Some(c.id)
+                }
+                _ => None,
+            };
+            ids.push(hit);
+        }
+        let files_cached = ids.iter().filter(|i| i.is_some()).count() as u64;
+        report(files_cached, 0);
+
+        // 2. Read, chunk, hash and compress the rest in parallel, a window at a time; commit
+        //    each window as one batch.
+        let todo: Vec<usize> = (0..all.len()).filter(|&i| ids[i].is_none()).collect();
+        let mut start_at = 0;
+        while start_at < todo.len() {
+            let mut end = start_at;
+            let mut bytes = 0;
+            while end < todo.len() && end - start_at < WINDOW_FILES && (bytes < WINDOW_BYTES || end == start_at) {
+                if let Node::File { meta, .. } = all[todo[end]] {
+                    bytes += meta.size.min(STREAM_ABOVE);
+                }
+                end += 1;
+            }
+            let window = &todo[start_at..end];
+            let prepared: Vec<Option<Prepared>> = window
+                .par_iter()
+                .map(|&i| -> Result<Option<Prepared>> {
+                    let Node::File { path, meta, .. } = all[i] else { return Ok(None) };
+                    if meta.size > STREAM_ABOVE {
+                        return Ok(None);
+                    }
+                    let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
+                    Ok(Some(self.store.prepare(&data)?))
+                })
+                .collect::<Result<_>>()?;
+            let mut b = self.store.batch();
+            for (&i, p) in window.iter().zip(prepared) {
+                let Node::File { path, meta, .. } = all[i] else { continue };
+                let id = match p {
+                    Some(p) => w.own_prepared(&mut b, p, path)?,
+                    None => {
+                        let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+                        let o = b.put_reader(std::io::BufReader::with_capacity(1 << 20, f))?;
+                        if w.is_owned(&o.id)? {
+                            // Already held: give back the reference this put took.
+                            b.release(&o.id)?;
+                            o.id
+                        } else {
+                            w.note_new(&mut b, o)?
+                        }
+                    }
+                };
+                if meta.mtime_ns < racy_after {
+                    let row = CacheRow {
+                        size: meta.size,
+                        mtime_ns: meta.mtime_ns,
+                        ino: meta.ino,
+                        ctime_ns: meta.ctime_ns,
+                        id,
+                    };
+                    b.kv_put(rows::key(rows::CACHE_PREFIX, path.as_os_str().as_bytes()), row.encode())?;
+                }
+                ids[i] = Some(id);
+                report(1, meta.size);
+            }
+            b.commit()?;
+            start_at = end;
+        }
+
+        // 3. Tree objects bottom-up, link targets, and the snapshot row, in one last batch.
+        let mut b = self.store.batch();
+        let mut it = ids.into_iter();
+        let mut counts = (0u64, 1u64, 0u64, 0u64); // files, dirs, symlinks, bytes
+        let (root, _) = build(&mut w, &mut b, &nodes, &mut it, &mut counts)?;
+        let info = SnapshotInfo {
+            name: name.clone(),
+            root,
+            created_ns: started_ns,
+            files: counts.0,
+            dirs: counts.1,
+            symlinks: counts.2,
+            bytes: counts.3,
+            source: dir.to_string_lossy().into_owned(),
+        };
+        b.kv_put(rows::key(rows::SNAP_PREFIX, name.as_bytes()), info.encode())?;
+        b.commit()?;
+        Ok(SnapshotStats {
+            info,
+            files_read: total - files_cached,
+            files_cached,
+            blobs_stored: w.blobs_stored,
+            bytes_stored: w.bytes_stored,
+            special_skipped: special.load(Ordering::Relaxed),
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+}
+
+/// Builds (and stores, unless owned) the tree object of `nodes`; returns its id and total size.
+fn build(
+    w: &mut Writer<'_>,
+    b: &mut Batch<'_>,
+    nodes: &[Node],
+    ids: &mut impl Iterator<Item = Option<Id>>,
+    counts: &mut (u64, u64, u64, u64),
+) -> Result<(Id, u64)> {
+    let mut entries = Vec::with_capacity(nodes.len());
+    let mut total = 0u64;
+    for n in nodes {
+        let e = match n {
+            Node::File { name, meta, .. } => {
+                let id = ids.next().flatten().ok_or_else(|| Error::InvalidArgument("file without an id".into()))?;
+                counts.0 += 1;
+                counts.3 += meta.size;
+                total += meta.size;
+                Entry {
+                    name: name.clone(),
+                    kind: Kind::File,
+                    mode: meta.mode,
+                    size: meta.size,
+                    mtime_ns: meta.mtime_ns,
+                    id,
+                }
+            }
+            Node::Dir { name, meta, children } => {
+                counts.1 += 1;
+                let (id, size) = build(w, b, children, ids, counts)?;
+                total += size;
+                Entry { name: name.clone(), kind: Kind::Dir, mode: meta.mode, size, mtime_ns: meta.mtime_ns, id }
+            }
+            Node::Symlink { name, target, meta } => {
+                counts.2 += 1;
+                let id = w.own_bytes(b, target)?;
+                Entry {
+                    name: name.clone(),
+                    kind: Kind::Symlink,
+                    mode: meta.mode,
+                    size: target.len() as u64,
+                    mtime_ns: meta.mtime_ns,
+                    id,
+                }
+            }
+        };
+        entries.push(e);
+    }
+    let bytes = object::encode(&entries)?;
+    Ok((w.own_bytes(b, &bytes)?, total))
+}
