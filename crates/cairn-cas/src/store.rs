@@ -246,16 +246,20 @@ impl Store {
         if self.inner.blob_row(&id)?.is_some() {
             return Ok(Prepared { id, size: data.len() as u64, existed: true, chunks: Vec::new() });
         }
-        let mut chunks = Vec::new();
-        for (off, len) in cut_points(&m, data) {
-            let chunk = &data[off..off + len];
-            let cid = m.hash.hash(chunk);
-            let stored = match self.inner.chunk_row(&cid)? {
-                Some(_) => None,
-                None => Some(StoredChunk::encode(chunk, self.inner.zstd_level)),
-            };
-            chunks.push((cid, stored));
-        }
+        // Hash and compress the chunks of large content on every core.
+        use rayon::prelude::*;
+        let chunks = cut_points(&m, data)
+            .into_par_iter()
+            .map(|(off, len)| -> Result<(Id, Option<StoredChunk>)> {
+                let chunk = &data[off..off + len];
+                let cid = m.hash.hash(chunk);
+                let stored = match self.inner.chunk_row(&cid)? {
+                    Some(_) => None,
+                    None => Some(StoredChunk::encode(chunk, self.inner.zstd_level)),
+                };
+                Ok((cid, stored))
+            })
+            .collect::<Result<Vec<_>>>()?;
         Ok(Prepared { id, size: data.len() as u64, existed: false, chunks })
     }
 

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Directory-snapshot benchmark: cairn vs restic, borg and git on real node_modules trees.
+#
+#   bench/tree.sh [RUNS]
+#
+# Builds the data sets under $BENCH_DATA (default /tmp/bench-data) with npm (a Next.js + React
+# app, and a second app sharing most packages), installs restic and borg from Debian if missing,
+# builds cairn in release, then for every tool and data set measures, with a warm page cache and
+# a fresh repository per run: first ingest, unchanged re-ingest, ingest of the second project
+# into the same repository (cross-project dedup), and checkout/restore. Prints medians of RUNS
+# runs (default 3) and the repository size.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+RUNS=${1:-3}
+DATA=${BENCH_DATA:-/tmp/bench-data}
+WORK=${BENCH_WORK:-/tmp/bench-work}
+mkdir -p "$DATA" "$WORK"
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need restic || ! need borg || ! need bc; then
+  apt-get update -qq && apt-get install -y -qq restic borgbackup bc >/dev/null
+fi
+need npm || { echo "npm is required to build the data sets" >&2; exit 1; }
+
+make_app() { # name, dependencies (JSON object body)
+  local dir="$DATA/$1"
+  if [ ! -d "$dir/node_modules" ]; then
+    mkdir -p "$dir"
+    printf '{ "name": "%s", "version": "1.0.0", "private": true, "dependencies": { %s } }\n' "$1" "$2" > "$dir/package.json"
+    (cd "$dir" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
+  fi
+}
+make_app next-app '"next": "15", "react": "19", "react-dom": "19", "typescript": "5", "eslint": "9", "@types/react": "19", "@types/node": "22"'
+make_app next-app2 '"next": "15", "react": "19", "react-dom": "19", "typescript": "5", "eslint": "9", "@types/react": "19", "@types/node": "22", "lodash": "4", "zod": "3"'
+A="$DATA/next-app/node_modules"
+B="$DATA/next-app2/node_modules"
+
+cargo build --release -q -p cairn-cli
+CAIRN="$PWD/target/release/cairn"
+export RESTIC_PASSWORD=bench BORG_PASSPHRASE=bench BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK=yes BORG_RELOCATED_REPO_ACCESS_IS_OK=yes
+
+secs() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); echo "$e - $s" | bc; }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+files() { find "$1" -type f | wc -l; }
+
+# tool ops: init REPO; ingest REPO SRC TAG; restore REPO TAG DEST
+cairn_init() { rm -rf "$1"; }
+cairn_ingest() { "$CAIRN" --dir "$1" snapshot "$2" --name "$3"; }
+cairn_restore() { "$CAIRN" --dir "$1" checkout "$2" "$3" --mode hardlink; }
+restic_init() { rm -rf "$1"; restic init -q --repo "$1" >/dev/null; }
+restic_ingest() { restic -q --repo "$1" backup --tag "$3" "$2"; }
+restic_restore() { restic -q --repo "$1" restore latest --tag "$2" --target "$3"; }
+borg_init() { rm -rf "$1"; borg init -e none "$1"; }
+borg_ingest() { (cd "$2" && borg create "$1::$3" .); }
+borg_restore() { mkdir -p "$3" && (cd "$3" && borg extract "$1::$2"); }
+git_init() { rm -rf "$1"; git init -q --bare "$1"; }
+git_ingest() { git --git-dir="$1" --work-tree="$2" add -A && git --git-dir="$1" --work-tree="$2" -c user.name=b -c user.email=b@b commit -qm "$3"; }
+git_restore() { mkdir -p "$3" && git --git-dir="$1" --work-tree="$3" checkout -f HEAD -- .; }
+
+echo "data: A=$A ($(files "$A") files, $(du -sh "$A" | cut -f1)), B=$B ($(files "$B") files); runs=$RUNS; machine: $(nproc) cores"
+printf '%-7s %12s %12s %12s %12s %12s %12s\n' tool "ingest A s" "files/s" "re-ingest s" "+B ingest s" "restore s" "repo MiB"
+for tool in cairn restic borg git; do
+  first=(); again=(); second=(); restore=(); size=0
+  for r in $(seq "$RUNS"); do
+    repo="$WORK/$tool-repo"
+    "${tool}_init" "$repo"
+    [ "$tool" = git ] && rm -f "$repo/index"
+    first+=("$(secs "${tool}_ingest" "$repo" "$A" a1)")
+    again+=("$(secs "${tool}_ingest" "$repo" "$A" a2)")
+    second+=("$(secs "${tool}_ingest" "$repo" "$B" b1)")
+    rm -rf "$WORK/restore"
+    restore+=("$(secs "${tool}_restore" "$repo" a1 "$WORK/restore")")
+    # cairn's repository is the engine and the packs; files/ holds the shared copies that
+    # hard-link checkouts link to (the checkout's own disk use, like the other tools' restores).
+    if [ "$tool" = cairn ]; then size=$(du -smc "$repo/kv" "$repo/packs" | tail -1 | cut -f1); else size=$(du -sm "$repo" | cut -f1); fi
+  done
+  f=$(printf '%s\n' "${first[@]}" | median)
+  printf '%-7s %12.2f %12.0f %12.2f %12.2f %12.2f %12s\n' "$tool" "$f" "$(echo "$(files "$A") / $f" | bc -l)" \
+    "$(printf '%s\n' "${again[@]}" | median)" "$(printf '%s\n' "${second[@]}" | median)" \
+    "$(printf '%s\n' "${restore[@]}" | median)" "$size"
+done
