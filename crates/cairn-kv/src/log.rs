@@ -1,6 +1,10 @@
-//! The record log shared by the write-ahead log and the MANIFEST (format in
-//! `docs/format/log.md`): a 16-byte header (magic, version, CRC32C), then records of
-//! `u32 length, u32 masked CRC32C(length ++ payload), payload`.
+//! The record log shared by the write-ahead log and the MANIFEST (format byte by byte in
+//! `docs/format/log.md`): a 16-byte header (8-byte magic, u32 version, u32 CRC32C of the first
+//! 12 bytes), then records of `u32 length, u32 masked CRC32C(length ++ payload), payload`, all
+//! little-endian.
+//!
+//! [`LogWriter`] appends records; [`read_log`] decodes a whole file image and reports where the
+//! intact records end ([`LogTail`]). Whether a torn tail is acceptable is the caller's decision.
 
 use std::path::{Path, PathBuf};
 
@@ -10,17 +14,20 @@ use crate::{Error, Result};
 
 /// Bytes of the file header.
 pub const LOG_HEADER_LEN: usize = 16;
-/// Largest record payload accepted by the reader.
+/// Bytes in front of every record's payload (length and checksum).
+pub const LOG_RECORD_HEADER_LEN: usize = 8;
+/// Largest record payload, in bytes; the writer refuses and the reader stops at larger ones.
 pub const MAX_LOG_RECORD: usize = 1 << 30;
 /// Format version written in the header.
 pub const LOG_VERSION: u32 = 1;
 
 /// Masks a CRC stored next to the data it covers (as LevelDB does), so that a CRC of data that
-/// itself contains CRCs stays well distributed.
+/// itself contains CRCs stays well distributed: `((crc >> 15) | (crc << 17)) + 0xa282ead8`.
 pub fn mask_crc(crc: u32) -> u32 {
     crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
+/// The header of a log with this magic.
 fn header(magic: [u8; 8]) -> [u8; LOG_HEADER_LEN] {
     let mut h = [0u8; LOG_HEADER_LEN];
     h[..8].copy_from_slice(&magic);
@@ -30,43 +37,48 @@ fn header(magic: [u8; 8]) -> [u8; LOG_HEADER_LEN] {
     h
 }
 
+/// The stored checksum of a record: masked CRC32C of its length bytes followed by its payload.
 fn record_crc(len: &[u8; 4], payload: &[u8]) -> u32 {
     mask_crc(crc32c::crc32c_append(crc32c::crc32c(len), payload))
 }
 
-/// Appends records to a log file.
+/// Appends records to a log file. Records are buffered by the file; nothing is durable before
+/// [`LogWriter::sync`] returns.
 pub struct LogWriter {
     file: Box<dyn WritableFile>,
     path: PathBuf,
 }
 
 impl LogWriter {
-    /// Writes the header into a fresh file.
+    /// Writes the header into a fresh file. `path` names the file in errors.
     pub fn create(mut file: Box<dyn WritableFile>, path: PathBuf, magic: [u8; 8]) -> Result<Self> {
         file.append(&header(magic)).at(&path)?;
         Ok(LogWriter { file, path })
     }
 
     /// Appends one record (buffered; call [`LogWriter::flush`] or [`LogWriter::sync`]).
+    /// A payload above [`MAX_LOG_RECORD`] bytes is [`Error::InvalidArgument`].
     pub fn add_record(&mut self, payload: &[u8]) -> Result<()> {
-        let len = u32::try_from(payload.len())
-            .ok()
-            .filter(|&l| l as usize <= MAX_LOG_RECORD)
-            .ok_or_else(|| Error::InvalidArgument(format!("log record of {} bytes is too large", payload.len())))?;
+        let len = u32::try_from(payload.len()).ok().filter(|_| payload.len() <= MAX_LOG_RECORD).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "log record of {} bytes is too large (maximum {MAX_LOG_RECORD})",
+                payload.len()
+            ))
+        })?;
         let len = len.to_le_bytes();
-        let mut head = [0u8; 8];
+        let mut head = [0u8; LOG_RECORD_HEADER_LEN];
         head[..4].copy_from_slice(&len);
         head[4..].copy_from_slice(&record_crc(&len, payload).to_le_bytes());
         self.file.append(&head).at(&self.path)?;
         self.file.append(payload).at(&self.path)
     }
 
-    /// Hands buffered records to the operating system.
+    /// Hands buffered records to the operating system (survives a process crash only).
     pub fn flush(&mut self) -> Result<()> {
         self.file.flush().at(&self.path)
     }
 
-    /// Makes every record durable.
+    /// Makes every record added so far durable.
     pub fn sync(&mut self) -> Result<()> {
         self.file.sync().at(&self.path)
     }
@@ -76,7 +88,7 @@ impl LogWriter {
         self.file.len()
     }
 
-    /// Whether only the header was written.
+    /// Whether no record was added (only the header was written).
     pub fn is_empty(&self) -> bool {
         self.len() <= LOG_HEADER_LEN as u64
     }
@@ -90,60 +102,75 @@ impl LogWriter {
 /// How a log ended.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LogTail {
-    /// After a complete record (or the header).
+    /// Right after a complete record (or the header).
     Clean,
-    /// In a truncated or damaged record starting at `offset`.
+    /// In a truncated or damaged record (or header) starting at `offset`.
     Torn {
-        /// Offset of the first bad record.
+        /// Offset of the first bad record; 0 when the header itself is missing.
         offset: u64,
         /// What was wrong with it.
         reason: String,
     },
 }
 
-/// The intact records of a log, as `(offset, payload)` pairs.
+/// The intact records of a log, as `(offset, payload)` pairs; `offset` is where the record
+/// (its length field) starts in the file.
 pub type LogRecords = Vec<(u64, Vec<u8>)>;
 
-/// Reads every intact record of the log image `data`, as `(offset, payload)` pairs, and how the
-/// log ends. A wrong header is `Corruption`; a file shorter than its header (or all zeros there)
-/// holds no records and ends torn at 0.
+/// Reads every intact record of the whole log file image `data` and says how the log ends.
+///
+/// - A header that is present but wrong (magic, version or checksum) is [`Error::Corruption`]
+///   naming `path` at offset 0.
+/// - A file shorter than the header, or whose header bytes are all zero (its first write never
+///   reached the disk), holds no records and ends [`LogTail::Torn`] at 0.
+/// - Records are returned up to the first one that is truncated, declares a length above
+///   [`MAX_LOG_RECORD`], or fails its checksum; the log then ends [`LogTail::Torn`] at that
+///   record's offset. Nothing here panics or allocates more than `data` holds.
 pub fn read_log(data: &[u8], path: &Path, magic: [u8; 8]) -> Result<(LogRecords, LogTail)> {
-    if data.len() < LOG_HEADER_LEN || data[..LOG_HEADER_LEN].iter().all(|&b| b == 0) {
+    let Some(head) = data.get(..LOG_HEADER_LEN) else {
         return Ok((Vec::new(), LogTail::Torn { offset: 0, reason: "no complete header".into() }));
+    };
+    if head.iter().all(|&b| b == 0) {
+        return Ok((Vec::new(), LogTail::Torn { offset: 0, reason: "header is all zeros".into() }));
     }
-    if data[..LOG_HEADER_LEN] != header(magic) {
-        let why = if data[..8] != magic {
+    if *head != header(magic) {
+        let why = if head[..8] != magic {
             format!(
                 "bad magic {:?}, expected {:?}",
-                String::from_utf8_lossy(&data[..8]),
+                String::from_utf8_lossy(&head[..8]),
                 String::from_utf8_lossy(&magic)
             )
+        } else if head[8..12] != LOG_VERSION.to_le_bytes() {
+            format!(
+                "unsupported log format version {} (expected {LOG_VERSION})",
+                u32::from_le_bytes([head[8], head[9], head[10], head[11]])
+            )
         } else {
-            "unsupported version or damaged header".to_string()
+            "header checksum mismatch".to_string()
         };
         return Err(Error::corruption(path, 0, why));
     }
     let mut records = Vec::new();
     let mut pos = LOG_HEADER_LEN;
     let torn = |pos: usize, reason: &str| LogTail::Torn { offset: pos as u64, reason: reason.to_string() };
-    while pos < data.len() {
-        let Some(head) = data.get(pos..pos + 8) else {
+    while let Some(rest) = data.get(pos..).filter(|r| !r.is_empty()) {
+        let Some(head) = rest.get(..LOG_RECORD_HEADER_LEN) else {
             return Ok((records, torn(pos, "truncated record header")));
         };
-        let len_bytes: [u8; 4] = [head[0], head[1], head[2], head[3]];
-        let len = u32::from_le_bytes(len_bytes) as usize;
-        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let len_bytes = [head[0], head[1], head[2], head[3]];
+        let stored_crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        let len = usize::try_from(u32::from_le_bytes(len_bytes)).unwrap_or(usize::MAX);
         if len > MAX_LOG_RECORD {
             return Ok((records, torn(pos, "record length out of range")));
         }
-        let Some(payload) = data.get(pos + 8..pos + 8 + len) else {
+        let Some(payload) = rest.get(LOG_RECORD_HEADER_LEN..LOG_RECORD_HEADER_LEN + len) else {
             return Ok((records, torn(pos, "truncated record")));
         };
-        if record_crc(&len_bytes, payload) != crc {
+        if record_crc(&len_bytes, payload) != stored_crc {
             return Ok((records, torn(pos, "checksum mismatch")));
         }
         records.push((pos as u64, payload.to_vec()));
-        pos += 8 + len;
+        pos += LOG_RECORD_HEADER_LEN + len;
     }
     Ok((records, LogTail::Clean))
 }
@@ -152,69 +179,332 @@ pub fn read_log(data: &[u8], path: &Path, magic: [u8; 8]) -> Result<(LogRecords,
 mod tests {
     use super::*;
     use crate::storage::Storage;
-    use crate::storage_mem::MemStorage;
+    use crate::{FsStorage, MemStorage};
     use proptest::prelude::*;
 
     const MAGIC: [u8; 8] = *b"TESTLOG!";
 
+    fn path() -> &'static Path {
+        Path::new("/l")
+    }
+
+    /// A synced log holding `records`.
     fn write(records: &[Vec<u8>]) -> Vec<u8> {
         let s = MemStorage::new();
-        let p = Path::new("/l");
-        let mut w = LogWriter::create(s.create(p).unwrap(), p.into(), MAGIC).unwrap();
+        let mut w = LogWriter::create(s.create(path()).unwrap(), path().into(), MAGIC).unwrap();
         for r in records {
             w.add_record(r).unwrap();
         }
         w.sync().unwrap();
-        s.read_all(p).unwrap()
+        let data = s.read_all(path()).unwrap();
+        assert_eq!(w.len(), data.len() as u64);
+        data
+    }
+
+    /// Offsets where each record starts, then the end of the last one.
+    fn boundaries(records: &[Vec<u8>]) -> Vec<usize> {
+        let mut b = vec![LOG_HEADER_LEN];
+        for r in records {
+            b.push(b[b.len() - 1] + LOG_RECORD_HEADER_LEN + r.len());
+        }
+        b
+    }
+
+    fn read(data: &[u8]) -> (LogRecords, LogTail) {
+        read_log(data, path(), MAGIC).unwrap()
+    }
+
+    /// Records of assorted sizes, empty ones included.
+    fn assorted(n: usize) -> Vec<Vec<u8>> {
+        (0..n).map(|i| (0..(i * 7) % 40).map(|j| (i * 31 + j) as u8).collect()).collect()
+    }
+
+    /// `data` (a log of `records`, damaged or cut at or after `bounds[k]`'s record) must yield
+    /// exactly the first `k` records, in order, at their offsets.
+    fn assert_prefix(got: &LogRecords, records: &[Vec<u8>], bounds: &[usize], k: usize) {
+        assert_eq!(got.len(), k);
+        for (i, (off, payload)) in got.iter().enumerate() {
+            assert_eq!(*off, bounds[i] as u64);
+            assert_eq!(payload, &records[i]);
+        }
     }
 
     #[test]
-    fn round_trip_and_truncation() {
-        let recs = vec![vec![], b"hello".to_vec(), vec![7u8; 1 << 20], b"x".to_vec()];
+    fn header_bytes_match_the_format_doc() {
+        // The worked example in docs/format/log.md.
+        let s = MemStorage::new();
+        let mut w = LogWriter::create(s.create(path()).unwrap(), path().into(), *b"CAIRNWAL").unwrap();
+        w.add_record(b"hi").unwrap();
+        w.add_record(b"").unwrap();
+        w.flush().unwrap();
+        let want: Vec<u8> = [
+            &b"CAIRNWAL"[..],
+            &[0x01, 0x00, 0x00, 0x00, 0x84, 0x37, 0x04, 0x3f],
+            &[0x02, 0x00, 0x00, 0x00, 0x8c, 0xfb, 0x35, 0x87, b'h', b'i'],
+            &[0x00, 0x00, 0x00, 0x00, 0xa6, 0x7b, 0x11, 0x3a],
+        ]
+        .concat();
+        assert_eq!(s.contents(path()).unwrap(), want);
+        assert_eq!(mask_crc(0), 0xa282_ead8);
+        assert_eq!(mask_crc(0x885a_7259), 0x8735_fb8c);
+    }
+
+    #[test]
+    fn round_trip_many_records() {
+        let mut recs = assorted(300);
+        recs.insert(0, Vec::new());
+        recs.insert(150, vec![0xA5; 1 << 20]);
+        recs.push(Vec::new());
         let data = write(&recs);
-        let (got, tail) = read_log(&data, Path::new("/l"), MAGIC).unwrap();
+        let bounds = boundaries(&recs);
+        assert_eq!(data.len(), bounds[recs.len()]);
+        let (got, tail) = read(&data);
+        assert_eq!(tail, LogTail::Clean);
+        assert_prefix(&got, &recs, &bounds, recs.len());
+    }
+
+    #[test]
+    fn empty_log_is_clean() {
+        let data = write(&[]);
+        assert_eq!(data.len(), LOG_HEADER_LEN);
+        assert_eq!(read(&data), (Vec::new(), LogTail::Clean));
+    }
+
+    #[test]
+    fn every_truncation_point_yields_a_prefix() {
+        let recs = assorted(60);
+        let data = write(&recs);
+        let bounds = boundaries(&recs);
+        for cut in 0..=data.len() {
+            let (got, tail) = read(&data[..cut]);
+            if cut < LOG_HEADER_LEN {
+                assert!(got.is_empty());
+                assert!(matches!(tail, LogTail::Torn { offset: 0, .. }), "cut {cut}");
+                continue;
+            }
+            let k = bounds.iter().filter(|&&b| b <= cut).count() - 1;
+            assert_prefix(&got, &recs, &bounds, k);
+            if bounds.contains(&cut) {
+                assert_eq!(tail, LogTail::Clean, "cut {cut}");
+            } else {
+                assert!(matches!(tail, LogTail::Torn { offset, .. } if offset == bounds[k] as u64), "cut {cut}");
+            }
+        }
+    }
+
+    #[test]
+    fn truncating_a_large_record() {
+        let recs = vec![b"before".to_vec(), vec![3u8; 1 << 20], b"after".to_vec()];
+        let data = write(&recs);
+        let bounds = boundaries(&recs);
+        for cut in (bounds[1] + 1..bounds[2]).step_by(4099).chain([bounds[1] + 7, bounds[2] - 1]) {
+            let (got, tail) = read(&data[..cut]);
+            assert_prefix(&got, &recs, &bounds, 1);
+            assert!(matches!(tail, LogTail::Torn { offset, .. } if offset == bounds[1] as u64));
+        }
+    }
+
+    #[test]
+    fn every_bit_flip_after_the_header_yields_a_prefix() {
+        let recs = assorted(25);
+        let data = write(&recs);
+        let bounds = boundaries(&recs);
+        let mut bad = data.clone();
+        for i in LOG_HEADER_LEN..data.len() {
+            // The record that holds byte `i`.
+            let k = bounds.iter().filter(|&&b| b <= i).count() - 1;
+            for bit in 0..8 {
+                bad[i] ^= 1 << bit;
+                let (got, tail) = read(&bad);
+                assert_prefix(&got, &recs, &bounds, k);
+                assert!(
+                    matches!(tail, LogTail::Torn { offset, .. } if offset == bounds[k] as u64),
+                    "byte {i} bit {bit}: {tail:?}"
+                );
+                bad[i] ^= 1 << bit;
+            }
+        }
+    }
+
+    #[test]
+    fn every_bit_flip_in_the_header_is_corruption() {
+        let data = write(&[b"payload".to_vec()]);
+        let mut bad = data.clone();
+        for i in 0..LOG_HEADER_LEN {
+            for bit in 0..8 {
+                bad[i] ^= 1 << bit;
+                match read_log(&bad, path(), MAGIC) {
+                    Err(Error::Corruption { path: p, offset: 0, .. }) => assert_eq!(p, path()),
+                    other => panic!("byte {i} bit {bit}: {other:?}"),
+                }
+                bad[i] ^= 1 << bit;
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_magic_version_or_header_crc_is_corruption() {
+        let data = write(&[b"a".to_vec()]);
+        let err = read_log(&data, path(), *b"OTHERLOG").unwrap_err();
+        assert!(err.is_corruption());
+        assert!(err.to_string().contains("bad magic"), "{err}");
+        assert!(err.to_string().contains("/l"), "{err}");
+
+        let mut v2 = data.clone();
+        v2[8..12].copy_from_slice(&2u32.to_le_bytes());
+        let crc = crc32c::crc32c(&v2[..12]);
+        v2[12..16].copy_from_slice(&crc.to_le_bytes());
+        let err = read_log(&v2, path(), MAGIC).unwrap_err();
+        assert!(err.to_string().contains("unsupported log format version 2"), "{err}");
+
+        let mut bad_crc = data;
+        bad_crc[15] ^= 0xFF;
+        let err = read_log(&bad_crc, path(), MAGIC).unwrap_err();
+        assert!(err.to_string().contains("header checksum"), "{err}");
+    }
+
+    #[test]
+    fn short_or_zeroed_header_holds_no_records() {
+        let full = write(&[b"a".to_vec()]);
+        for data in [&[][..], &full[..LOG_HEADER_LEN - 1], &[0u8; LOG_HEADER_LEN], &[0u8; 4096]] {
+            let (got, tail) = read(data);
+            assert!(got.is_empty());
+            assert!(matches!(tail, LogTail::Torn { offset: 0, .. }));
+        }
+    }
+
+    #[test]
+    fn zero_filled_tail_is_torn() {
+        let recs = assorted(5);
+        let mut data = write(&recs);
+        let end = data.len();
+        data.resize(end + 4096, 0);
+        let (got, tail) = read(&data);
+        assert_prefix(&got, &recs, &boundaries(&recs), recs.len());
+        assert!(matches!(tail, LogTail::Torn { offset, .. } if offset == end as u64));
+    }
+
+    #[test]
+    fn oversized_length_is_torn_without_allocating() {
+        let mut data = write(&[b"ok".to_vec()]);
+        let end = data.len() as u64;
+        for len in [MAX_LOG_RECORD as u32 + 1, u32::MAX, MAX_LOG_RECORD as u32] {
+            let mut d = data.clone();
+            d.extend_from_slice(&len.to_le_bytes());
+            d.extend_from_slice(&[0xEE; 4]);
+            let (got, tail) = read(&d);
+            assert_eq!(got.len(), 1);
+            let LogTail::Torn { offset, reason } = tail else { panic!("not torn") };
+            assert_eq!(offset, end);
+            let want = if len as usize > MAX_LOG_RECORD { "length out of range" } else { "truncated record" };
+            assert!(reason.contains(want), "{reason}");
+        }
+        // A partial record header.
+        data.extend_from_slice(&[1, 0, 0]);
+        let (_, tail) = read(&data);
+        assert!(matches!(tail, LogTail::Torn { offset, reason } if offset == end && reason.contains("header")));
+    }
+
+    #[test]
+    fn writer_reports_len_path_and_emptiness() {
+        let s = MemStorage::new();
+        let mut w = LogWriter::create(s.create(path()).unwrap(), path().into(), MAGIC).unwrap();
+        assert_eq!(w.len(), LOG_HEADER_LEN as u64);
+        assert!(w.is_empty());
+        assert_eq!(w.path(), path());
+        w.add_record(b"abc").unwrap();
+        assert_eq!(w.len(), (LOG_HEADER_LEN + LOG_RECORD_HEADER_LEN + 3) as u64);
+        assert!(!w.is_empty());
+    }
+
+    #[test]
+    fn writer_errors_name_the_path() {
+        let s = MemStorage::new();
+        let mut w = LogWriter::create(s.create(path()).unwrap(), path().into(), MAGIC).unwrap();
+        s.fail_after(0);
+        match w.add_record(b"abc") {
+            Err(Error::Io { path: p, .. }) => assert_eq!(p, path()),
+            other => panic!("{other:?}"),
+        }
+        assert!(w.sync().is_err());
+    }
+
+    #[test]
+    fn crash_keeps_only_synced_records() {
+        let s = MemStorage::new();
+        let mut w = LogWriter::create(s.create(path()).unwrap(), path().into(), MAGIC).unwrap();
+        s.sync_dir(Path::new("/")).unwrap();
+        w.add_record(b"durable").unwrap();
+        w.sync().unwrap();
+        w.add_record(b"lost").unwrap();
+        s.fail_after(0);
+        assert!(w.add_record(b"torn record").is_err());
+        s.crash();
+        let (got, tail) = read(&s.read_all(path()).unwrap());
+        assert_eq!(got.into_iter().map(|(_, p)| p).collect::<Vec<_>>(), vec![b"durable".to_vec()]);
+        assert_eq!(tail, LogTail::Clean);
+    }
+
+    #[test]
+    fn writer_over_the_file_system() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("000001.log");
+        let s = FsStorage::new();
+        let recs = vec![b"one".to_vec(), vec![9u8; 200 << 10], Vec::new(), b"four".to_vec()];
+        let mut w = LogWriter::create(s.create(&p).unwrap(), p.clone(), MAGIC).unwrap();
+        for r in &recs {
+            w.add_record(r).unwrap();
+        }
+        w.sync().unwrap();
+        let (got, tail) = read_log(&s.read_all(&p).unwrap(), &p, MAGIC).unwrap();
         assert_eq!(tail, LogTail::Clean);
         assert_eq!(got.into_iter().map(|(_, p)| p).collect::<Vec<_>>(), recs);
-        let mut boundaries = vec![LOG_HEADER_LEN];
-        for r in &recs {
-            boundaries.push(boundaries.last().unwrap() + 8 + r.len());
-        }
-        for cut in (0..data.len()).step_by(997).chain(boundaries.iter().copied()) {
-            let (got, tail) = read_log(&data[..cut], Path::new("/l"), MAGIC).unwrap();
-            let n = boundaries.iter().filter(|&&b| b <= cut).count().saturating_sub(1);
-            assert_eq!(got.len(), n, "cut {cut}");
-            assert_eq!(tail == LogTail::Clean, boundaries.contains(&cut), "cut {cut}");
-        }
     }
 
-    #[test]
-    fn wrong_magic_is_corruption() {
-        let data = write(&[b"a".to_vec()]);
-        let err = read_log(&data, Path::new("/l"), *b"OTHERLOG").unwrap_err();
-        assert!(err.is_corruption());
+    fn payloads() -> impl Strategy<Value = Vec<Vec<u8>>> {
+        proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..300), 0..20)
     }
 
     proptest! {
         #[test]
-        fn any_flipped_byte_yields_a_prefix(recs in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..8), at: prop::sample::Index, bit in 0u8..8) {
+        fn round_trip(recs in payloads()) {
             let data = write(&recs);
-            let mut bad = data.clone();
+            let (got, tail) = read(&data);
+            prop_assert_eq!(tail, LogTail::Clean);
+            prop_assert_eq!(got.into_iter().map(|(_, p)| p).collect::<Vec<_>>(), recs);
+        }
+
+        #[test]
+        fn truncation_yields_a_prefix(recs in payloads(), at: prop::sample::Index) {
+            let data = write(&recs);
+            let bounds = boundaries(&recs);
+            let cut = LOG_HEADER_LEN + at.index(data.len() - LOG_HEADER_LEN + 1);
+            let (got, tail) = read(&data[..cut]);
+            let k = bounds.iter().filter(|&&b| b <= cut).count() - 1;
+            assert_prefix(&got, &recs, &bounds, k);
+            prop_assert_eq!(tail == LogTail::Clean, bounds.contains(&cut));
+        }
+
+        #[test]
+        fn random_corruption_yields_a_prefix(recs in payloads(), at: prop::sample::Index, xor in 1u8..=255) {
+            prop_assume!(!recs.is_empty());
+            let mut data = write(&recs);
+            let bounds = boundaries(&recs);
             let i = LOG_HEADER_LEN + at.index(data.len() - LOG_HEADER_LEN);
-            bad[i] ^= 1 << bit;
-            let (got, tail) = read_log(&bad, Path::new("/l"), MAGIC).unwrap();
-            prop_assert!(got.len() < recs.len());
-            prop_assert!(tail != LogTail::Clean);
-            for (j, (_, p)) in got.iter().enumerate() {
-                prop_assert_eq!(p, &recs[j]);
-            }
+            data[i] ^= xor;
+            let k = bounds.iter().filter(|&&b| b <= i).count() - 1;
+            let (got, tail) = read(&data);
+            assert_prefix(&got, &recs, &bounds, k);
+            let torn_at_k = matches!(tail, LogTail::Torn { offset, .. } if offset == bounds[k] as u64);
+            prop_assert!(torn_at_k, "{:?}", tail);
         }
 
         #[test]
         fn never_panics(data: Vec<u8>) {
             let mut with_header = header(MAGIC).to_vec();
             with_header.extend_from_slice(&data);
-            let _ = read_log(&with_header, Path::new("/l"), MAGIC);
-            let _ = read_log(&data, Path::new("/l"), MAGIC);
+            let _ = read_log(&with_header, path(), MAGIC);
+            let _ = read_log(&data, path(), MAGIC);
         }
     }
 }

@@ -1,4 +1,8 @@
-//! [`FsStorage`]: the [`Storage`] trait over the real file system.
+//! [`FsStorage`]: the [`Storage`] trait over the real file system (`std::fs`, Unix).
+//!
+//! Writable files buffer appends in the process (64 KiB); `flush` hands the buffer to the
+//! operating system and `sync` also calls `fdatasync`. Dropping a writable file does not flush
+//! it: writers are finished explicitly (see `CONVENTIONS.md`).
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -19,11 +23,13 @@ impl FsStorage {
     }
 }
 
+/// Size of the in-process append buffer.
 const BUF: usize = 64 << 10;
 
 struct FsWritable {
     file: File,
     buf: Vec<u8>,
+    /// Bytes appended, buffered ones included.
     len: u64,
 }
 
@@ -33,6 +39,7 @@ impl WritableFile for FsWritable {
             self.flush()?;
         }
         if data.len() >= BUF {
+            // Larger than the buffer: copying it there would only cost time.
             self.file.write_all(data)?;
         } else {
             self.buf.extend_from_slice(data);
@@ -40,6 +47,7 @@ impl WritableFile for FsWritable {
         self.len += data.len() as u64;
         Ok(())
     }
+
     fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
             self.file.write_all(&self.buf)?;
@@ -47,10 +55,12 @@ impl WritableFile for FsWritable {
         }
         Ok(())
     }
+
     fn sync(&mut self) -> io::Result<()> {
         self.flush()?;
         self.file.sync_data()
     }
+
     fn len(&self) -> u64 {
         self.len
     }
@@ -58,7 +68,12 @@ impl WritableFile for FsWritable {
 
 struct FsRandom {
     file: File,
+    /// Length when opened.
     len: u64,
+}
+
+fn eof() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the file")
 }
 
 impl RandomAccessFile for FsRandom {
@@ -66,7 +81,6 @@ impl RandomAccessFile for FsRandom {
         // Never allocate past the end of the file (a damaged length must not exhaust memory).
         // A file still being appended to (a pack) may have grown since it was opened, so a
         // read past the length seen at open asks the file system again.
-        let eof = || io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the file");
         let end = offset.checked_add(len as u64).ok_or_else(eof)?;
         if end > self.len && end > self.file.metadata()?.len() {
             return Err(eof());
@@ -75,11 +89,13 @@ impl RandomAccessFile for FsRandom {
         self.file.read_exact_at(&mut v, offset)?;
         Ok(v)
     }
+
     fn len(&self) -> u64 {
         self.len
     }
 }
 
+/// Holds the locked file; closing it releases the lock.
 struct FsLock {
     _file: File,
 }
@@ -90,24 +106,30 @@ impl Storage for FsStorage {
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
         fs::create_dir_all(path)
     }
+
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         let file = OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
         Ok(Box::new(FsWritable { file, buf: Vec::with_capacity(BUF), len: 0 }))
     }
+
     fn open_read(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();
         Ok(Arc::new(FsRandom { file, len }))
     }
+
     fn read_all(&self, path: &Path) -> io::Result<Vec<u8>> {
         fs::read(path)
     }
+
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         fs::rename(from, to)
     }
+
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)
     }
+
     fn list_dir(&self, path: &Path) -> io::Result<Vec<String>> {
         let mut names = Vec::new();
         for e in fs::read_dir(path)? {
@@ -115,17 +137,22 @@ impl Storage for FsStorage {
         }
         Ok(names)
     }
+
     fn exists(&self, path: &Path) -> bool {
         path.exists()
     }
+
     fn sync_dir(&self, path: &Path) -> io::Result<()> {
         File::open(path)?.sync_all()
     }
+
     fn lock(&self, path: &Path) -> io::Result<Box<dyn FileLock>> {
         let file = OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
         match file.try_lock() {
             Ok(()) => Ok(Box::new(FsLock { _file: file })),
-            Err(fs::TryLockError::WouldBlock) => Err(io::Error::new(io::ErrorKind::WouldBlock, "already locked")),
+            Err(fs::TryLockError::WouldBlock) => {
+                Err(io::Error::new(io::ErrorKind::WouldBlock, format!("{} is already locked", path.display())))
+            }
             Err(fs::TryLockError::Error(e)) => Err(e),
         }
     }
@@ -136,24 +163,104 @@ mod tests {
     use super::*;
 
     #[test]
-    fn write_read_rename_lock() {
+    fn appends_are_buffered_until_flush() {
         let d = tempfile::tempdir().unwrap();
         let s = FsStorage::new();
         let p = d.path().join("f");
         let mut f = s.create(&p).unwrap();
-        f.append(b"hello ").unwrap();
-        f.append(&vec![b'x'; BUF + 10]).unwrap();
+        f.append(b"hello").unwrap();
+        assert_eq!(f.len(), 5);
+        assert_eq!(fs::read(&p).unwrap(), b"", "still in the process buffer");
+        f.flush().unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"hello");
+        f.append(b" world").unwrap();
         f.sync().unwrap();
-        assert_eq!(f.len(), 6 + BUF as u64 + 10);
+        assert_eq!(s.read_all(&p).unwrap(), b"hello world");
+        assert!(!f.is_empty());
+    }
+
+    #[test]
+    fn large_appends_go_straight_through_in_order() {
+        let d = tempfile::tempdir().unwrap();
+        let s = FsStorage::new();
+        let p = d.path().join("f");
+        let mut f = s.create(&p).unwrap();
+        let big = vec![b'x'; BUF + 10];
+        f.append(b"head").unwrap();
+        f.append(&big).unwrap();
+        // The big append pushed out what was buffered before it, then itself.
+        assert_eq!(fs::metadata(&p).unwrap().len(), 4 + big.len() as u64);
+        f.append(b"tail").unwrap();
+        // Filling the buffer exactly keeps it buffered; one more byte flushes it.
+        f.append(&vec![b'y'; BUF - 4]).unwrap();
+        assert_eq!(fs::metadata(&p).unwrap().len(), 4 + big.len() as u64);
+        f.append(b"z").unwrap();
+        f.sync().unwrap();
+        let mut want = b"head".to_vec();
+        want.extend_from_slice(&big);
+        want.extend_from_slice(b"tail");
+        want.extend_from_slice(&vec![b'y'; BUF - 4]);
+        want.push(b'z');
+        assert_eq!(f.len(), want.len() as u64);
+        assert_eq!(s.read_all(&p).unwrap(), want);
+    }
+
+    #[test]
+    fn positional_reads_and_short_reads() {
+        let d = tempfile::tempdir().unwrap();
+        let s = FsStorage::new();
+        let p = d.path().join("f");
+        let mut f = s.create(&p).unwrap();
+        f.append(b"0123456789").unwrap();
+        f.sync().unwrap();
         let r = s.open_read(&p).unwrap();
-        assert_eq!(r.read_at(0, 6).unwrap(), b"hello ");
-        assert!(r.read_at(r.len() - 1, 2).is_err());
-        s.rename(&p, &d.path().join("g")).unwrap();
-        assert_eq!(s.list_dir(d.path()).unwrap(), vec!["g".to_string()]);
-        s.sync_dir(d.path()).unwrap();
-        let l = s.lock(&d.path().join("LOCK")).unwrap();
-        assert_eq!(s.lock(&d.path().join("LOCK")).err().unwrap().kind(), io::ErrorKind::WouldBlock);
+        assert_eq!(r.len(), 10);
+        assert_eq!(r.read_at(3, 4).unwrap(), b"3456");
+        assert_eq!(r.read_at(10, 0).unwrap(), b"");
+        assert_eq!(r.read_at(9, 2).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        assert_eq!(r.read_at(u64::MAX, 1).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        assert_eq!(r.read_at(0, usize::MAX).unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
+        // A file that grew after it was opened can be read to its new end.
+        f.append(b"ab").unwrap();
+        f.flush().unwrap();
+        assert_eq!(r.read_at(10, 2).unwrap(), b"ab");
+        assert_eq!(s.open_read(&d.path().join("missing")).err().unwrap().kind(), io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn directory_operations() {
+        let d = tempfile::tempdir().unwrap();
+        let s = FsStorage::new();
+        let sub = d.path().join("a/b");
+        s.create_dir_all(&sub).unwrap();
+        assert!(s.exists(&sub));
+        let p = sub.join("f");
+        s.create(&p).unwrap().sync().unwrap();
+        s.rename(&p, &sub.join("g")).unwrap();
+        assert!(!s.exists(&p));
+        assert_eq!(s.list_dir(&sub).unwrap(), vec!["g".to_string()]);
+        s.sync_dir(&sub).unwrap();
+        s.remove_file(&sub.join("g")).unwrap();
+        assert!(s.list_dir(&sub).unwrap().is_empty());
+        assert_eq!(s.remove_file(&sub.join("g")).unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(s.list_dir(&d.path().join("missing")).unwrap_err().kind(), io::ErrorKind::NotFound);
+        // `create` truncates.
+        let mut f = s.create(&p).unwrap();
+        f.append(b"long content").unwrap();
+        f.sync().unwrap();
+        s.create(&p).unwrap();
+        assert_eq!(s.read_all(&p).unwrap(), b"");
+    }
+
+    #[test]
+    fn lock_is_exclusive_until_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let s = FsStorage::new();
+        let lock = d.path().join("LOCK");
+        let l = s.lock(&lock).unwrap();
+        assert_eq!(s.lock(&lock).err().unwrap().kind(), io::ErrorKind::WouldBlock);
         drop(l);
-        s.lock(&d.path().join("LOCK")).unwrap();
+        let _l = s.lock(&lock).unwrap();
+        assert_eq!(FsStorage.lock(&lock).err().unwrap().kind(), io::ErrorKind::WouldBlock);
     }
 }
