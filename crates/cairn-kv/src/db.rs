@@ -145,7 +145,11 @@ impl DbInner {
         last_seq: SeqNo,
         lock: Box<dyn FileLock>,
     ) -> Self {
-        let sv = SuperVersion { mem: state.mem.clone(), imms: Vec::new(), version: state.version.clone() };
+        let sv = SuperVersion {
+            mem: state.mem.clone(),
+            imms: state.imms.iter().rev().cloned().collect(),
+            version: state.version.clone(),
+        };
         DbInner {
             dir,
             opts,

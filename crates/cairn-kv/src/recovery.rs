@@ -101,7 +101,9 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
         names.iter().filter_map(|n| parse_numbered(n, ".log")).filter(|&n| n >= log_number).collect();
     wals.sort_unstable();
     let mut edit = VersionEdit::default();
-    let mut mem = Arc::new(Memtable::new(0));
+    let first_wal = wals.first().copied().unwrap_or(0);
+    let mut mem = Arc::new(Memtable::new(first_wal));
+    let (mut torn, mut flushed_during_replay) = (false, false);
     for (i, &no) in wals.iter().enumerate() {
         let path = wal_path(dir, no);
         let data = storage.read_all(&path).at(&path)?;
@@ -112,6 +114,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             if i + 1 != wals.len() {
                 return Err(Error::corruption(&path, offset, format!("damaged log record: {reason}")));
             }
+            torn = true;
         }
         for (offset, payload) in records {
             let rec = decode_record(&payload)
@@ -127,10 +130,17 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             if mem.approximate_bytes() >= opts.memtable_size {
                 flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
                 mem = Arc::new(Memtable::new(0));
+                flushed_during_replay = true;
             }
         }
     }
-    if !mem.is_empty() {
+    // After a clean shutdown the replayed logs are intact: keep their memtable frozen, with the
+    // logs, for the background flush, so opening does not wait for a table to be written.
+    // After a crash (a torn tail) or a replay larger than a memtable, write the tables now, so
+    // that no log that ends torn is ever followed by a newer one and no record is replayed
+    // into a table twice.
+    let keep_frozen = !mem.is_empty() && !torn && !flushed_during_replay;
+    if !mem.is_empty() && !keep_frozen {
         flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
     }
     version = version.apply(&edit, &cleaner)?;
@@ -141,8 +151,9 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     let wal_no = next_file_no;
     let manifest_no = next_file_no + 1;
     next_file_no += 2;
+    let log_number = if keep_frozen { first_wal } else { wal_no };
     let mut first = version.snapshot_edit();
-    first.log_number = Some(wal_no);
+    first.log_number = Some(log_number);
     first.next_file_number = Some(next_file_no);
     first.last_seq = Some(last_seq);
     let manifest = ManifestWriter::create(&storage, dir, manifest_no, &first)?;
@@ -154,11 +165,11 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
 
     // 4. Delete what the new MANIFEST does not name.
     let live = version.all_file_numbers();
-    remove_unused(&storage, dir, &live, wal_no, manifest_no);
+    remove_unused(&storage, dir, &live, log_number, manifest_no);
 
     let state = State {
         mem: Arc::new(Memtable::new(wal_no)),
-        imms: VecDeque::new(),
+        imms: if keep_frozen { VecDeque::from([mem]) } else { VecDeque::new() },
         version: Arc::new(version),
         manifest,
         next_file_no,
@@ -190,13 +201,13 @@ fn flush_recovered(
     Ok(())
 }
 
-fn remove_unused(storage: &Arc<dyn Storage>, dir: &Path, live: &HashSet<u64>, wal_no: u64, manifest_no: u64) {
+fn remove_unused(storage: &Arc<dyn Storage>, dir: &Path, live: &HashSet<u64>, log_number: u64, manifest_no: u64) {
     let Ok(names) = storage.list_dir(dir) else { return };
     for n in names {
         let remove = match () {
             _ if n == "CURRENT.tmp" => true,
             _ if n.ends_with(".sst") => parse_numbered(&n, ".sst").is_some_and(|no| !live.contains(&no)),
-            _ if n.ends_with(".log") => parse_numbered(&n, ".log").is_some_and(|no| no < wal_no),
+            _ if n.ends_with(".log") => parse_numbered(&n, ".log").is_some_and(|no| no < log_number),
             _ => parse_manifest_name(&n).is_some_and(|no| no != manifest_no),
         };
         if remove {
