@@ -196,6 +196,7 @@ impl Trees {
         // 2. Read, chunk, hash and compress the rest in parallel, a window at a time; commit
         //    each window as one batch.
         let todo: Vec<usize> = (0..all.len()).filter(|&i| ids[i].is_none()).collect();
+        let mut windows: Vec<&[usize]> = Vec::new();
         let mut start_at = 0;
         while start_at < todo.len() {
             let mut end = start_at;
@@ -206,8 +207,11 @@ impl Trees {
                 }
                 end += 1;
             }
-            let window = &todo[start_at..end];
-            let prepared: Vec<Option<Prepared>> = window
+            windows.push(&todo[start_at..end]);
+            start_at = end;
+        }
+        let prepare = |window: &[usize]| -> Result<Vec<Option<Prepared>>> {
+            window
                 .par_iter()
                 .map(|&i| -> Result<Option<Prepared>> {
                     let Node::File { path, meta, .. } = all[i] else { return Ok(None) };
@@ -217,39 +221,24 @@ impl Trees {
                     let data = std::fs::read(path).map_err(|e| Error::io(path, e))?;
                     Ok(Some(self.store.prepare(&data)?))
                 })
-                .collect::<Result<_>>()?;
-            let mut b = self.store.batch();
-            for (&i, p) in window.iter().zip(prepared) {
-                let Node::File { path, meta, .. } = all[i] else { continue };
-                let id = match p {
-                    Some(p) => w.own_prepared(&mut b, p, path)?,
-                    None => {
-                        let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-                        let o = b.put_reader(std::io::BufReader::with_capacity(1 << 20, f))?;
-                        if w.is_owned(&o.id)? {
-                            // Already held: give back the reference this put took.
-                            b.release(&o.id)?;
-                            o.id
-                        } else {
-                            w.note_new(&mut b, o)?
-                        }
-                    }
-                };
-                if meta.mtime_ns < racy_after {
-                    let row = CacheRow {
-                        size: meta.size,
-                        mtime_ns: meta.mtime_ns,
-                        ino: meta.ino,
-                        ctime_ns: meta.ctime_ns,
-                        id,
-                    };
-                    b.kv_put(rows::key(rows::CACHE_PREFIX, path.as_os_str().as_bytes()), row.encode())?;
-                }
-                ids[i] = Some(id);
-                report(1, meta.size);
+                .collect()
+        };
+        // Pipeline: while one window is committed (sequential: pack appends, index rows, one
+        // fsync), the next is read, chunked, hashed and compressed on the other cores.
+        let mut pending: Option<(&[usize], Vec<Option<Prepared>>)> = None;
+        for window in windows.iter().copied().map(Some).chain(std::iter::once(None)) {
+            let to_commit = pending.take();
+            let (prepared, committed) = rayon::join(
+                || window.map(prepare).transpose(),
+                || match to_commit {
+                    Some((win, prep)) => self.commit_window(&mut w, win, prep, &all, &mut ids, racy_after, &report),
+                    None => Ok(()),
+                },
+            );
+            committed?;
+            if let (Some(win), Some(prep)) = (window, prepared?) {
+                pending = Some((win, prep));
             }
-            b.commit()?;
-            start_at = end;
         }
 
         // 3. Tree objects bottom-up, link targets, and the snapshot row, in one last batch.
@@ -278,6 +267,49 @@ impl Trees {
             special_skipped: special.load(Ordering::Relaxed),
             seconds: start.elapsed().as_secs_f64(),
         })
+    }
+}
+
+impl Trees {
+    /// Stores one window of prepared files as one batch and records their ids.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_window(
+        &self,
+        w: &mut Writer<'_>,
+        window: &[usize],
+        prepared: Vec<Option<Prepared>>,
+        all: &[&Node],
+        ids: &mut [Option<Id>],
+        racy_after: i64,
+        report: &(dyn Fn(u64, u64) + Sync),
+    ) -> Result<()> {
+        let mut b = self.store.batch();
+        for (&i, p) in window.iter().zip(prepared) {
+            let Node::File { path, meta, .. } = all[i] else { continue };
+            let id = match p {
+                Some(p) => w.own_prepared(&mut b, p, path)?,
+                None => {
+                    let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+                    let o = b.put_reader(std::io::BufReader::with_capacity(1 << 20, f))?;
+                    if w.is_owned(&o.id)? {
+                        // Already held: give back the reference this put took.
+                        b.release(&o.id)?;
+                        o.id
+                    } else {
+                        w.note_new(&mut b, o)?
+                    }
+                }
+            };
+            if meta.mtime_ns < racy_after {
+                let row =
+                    CacheRow { size: meta.size, mtime_ns: meta.mtime_ns, ino: meta.ino, ctime_ns: meta.ctime_ns, id };
+                b.kv_put(rows::key(rows::CACHE_PREFIX, path.as_os_str().as_bytes()), row.encode())?;
+            }
+            ids[i] = Some(id);
+            report(1, meta.size);
+        }
+        b.commit()?;
+        Ok(())
     }
 }
 
