@@ -36,7 +36,8 @@ pub fn snapshot(data: &Path, src: &Path, name: Option<&str>, json: bool, out: &m
         bar.set_position(p.files_done);
         bar.set_message(format!("{:.1} MiB", mib(p.bytes_done)));
     };
-    let s = trees.snapshot(src, name, &progress)?;
+    // Never snapshot the data directory itself (the default ./.cairn sits inside projects).
+    let s = trees.snapshot_excluding(src, name, &[data.to_path_buf()], &progress)?;
     bar.finish_and_clear();
     let rate = s.info.files as f64 / s.seconds.max(1e-9);
     if json {

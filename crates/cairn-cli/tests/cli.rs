@@ -42,6 +42,20 @@ fn kv_commands() {
 }
 
 #[test]
+fn snapshot_of_a_directory_holding_the_data_directory_leaves_it_out() {
+    let t = tempfile::tempdir().unwrap();
+    let project = t.path().join("project");
+    fs::create_dir_all(&project).unwrap();
+    fs::write(project.join("main.rs"), "fn main() {}").unwrap();
+    let d = project.join(".cairn");
+    let out = ok(&d, &["snapshot", project.to_str().unwrap(), "--name", "p", "--json"]);
+    assert!(out.contains("\"files\":1"), "only main.rs: {out}");
+    let dest = t.path().join("out");
+    ok(&d, &["checkout", "p", dest.to_str().unwrap(), "--mode", "copy"]);
+    assert!(!dest.join(".cairn").exists());
+}
+
+#[test]
 fn tree_commands_end_to_end() {
     let t = tempfile::tempdir().unwrap();
     let (d, src) = (t.path().join("data"), t.path().join("src"));

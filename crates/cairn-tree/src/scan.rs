@@ -47,13 +47,17 @@ impl Node {
     }
 }
 
-/// Scans the children of `dir`. Sockets, FIFOs and devices are skipped (counted).
-pub(crate) fn scan_dir(dir: &Path, skipped: &std::sync::atomic::AtomicU64) -> Result<Vec<Node>> {
+/// Scans the children of `dir`. Sockets, FIFOs and devices are skipped (counted), and so is
+/// every path in `exclude` (e.g. the data directory itself).
+pub(crate) fn scan_dir(dir: &Path, exclude: &[PathBuf], skipped: &std::sync::atomic::AtomicU64) -> Result<Vec<Node>> {
     let rd = std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut entries = Vec::new();
     for e in rd {
         let e = e.map_err(|e| Error::io(dir, e))?;
-        entries.push(e.path());
+        let path = e.path();
+        if !exclude.contains(&path) {
+            entries.push(path);
+        }
     }
     let mut nodes: Vec<Node> = entries
         .into_par_iter()
@@ -63,7 +67,7 @@ pub(crate) fn scan_dir(dir: &Path, skipped: &std::sync::atomic::AtomicU64) -> Re
             let ft = md.file_type();
             let meta = Meta::of(&md);
             Ok(Some(if ft.is_dir() {
-                let children = scan_dir(&path, skipped)?;
+                let children = scan_dir(&path, exclude, skipped)?;
                 Node::Dir { name, meta, children }
             } else if ft.is_file() {
                 Node::File { name, path, meta }

@@ -133,6 +133,19 @@ impl Trees {
         name: Option<&str>,
         progress: &(dyn Fn(Progress) + Sync),
     ) -> Result<SnapshotStats> {
+        self.snapshot_excluding(dir, name, &[], progress)
+    }
+
+    /// Like [`Trees::snapshot`], leaving out the given paths (and everything under them); the
+    /// CLI passes its own data directory, so `cairn snapshot .` never stores the store.
+    pub fn snapshot_excluding(
+        &self,
+        dir: &Path,
+        name: Option<&str>,
+        exclude: &[std::path::PathBuf],
+        progress: &(dyn Fn(Progress) + Sync),
+    ) -> Result<SnapshotStats> {
+        let exclude: Vec<std::path::PathBuf> = exclude.iter().filter_map(|p| std::fs::canonicalize(p).ok()).collect();
         let start = Instant::now();
         let started_ns = now_ns();
         let dir = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
@@ -154,7 +167,7 @@ impl Trees {
             return Err(Error::InvalidArgument(format!("{} is not a directory", dir.display())));
         }
         let special = AtomicU64::new(0);
-        let nodes = scan::scan_dir(&dir, &special)?;
+        let nodes = scan::scan_dir(&dir, &exclude, &special)?;
         let mut all = Vec::new();
         files(&nodes, &mut all);
         let total = all.len() as u64;
