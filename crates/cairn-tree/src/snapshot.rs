@@ -21,7 +21,7 @@ use crate::{Error, Result, Trees};
 /// Files bigger than this are streamed into the store one chunk at a time.
 const STREAM_ABOVE: u64 = 256 << 20;
 /// Bytes of file content prepared in memory before a batch is committed.
-const WINDOW_BYTES: u64 = 256 << 20;
+const WINDOW_BYTES: u64 = 64 << 20;
 /// Files per batch at most.
 const WINDOW_FILES: usize = 4096;
 
