@@ -11,6 +11,11 @@
 use bytes::Bytes;
 use xxhash_rust::xxh3::xxh3_64;
 
+/// The hash a filter probes with.
+pub fn key_hash(user_key: &[u8]) -> u64 {
+    xxh3_64(user_key)
+}
+
 /// Largest number of probes per key.
 pub const MAX_PROBES: u8 = 30;
 
@@ -103,11 +108,17 @@ impl BloomFilter {
 
     /// False only if `user_key` was certainly not added.
     pub fn may_contain(&self, user_key: &[u8]) -> bool {
+        self.may_contain_hash(key_hash(user_key))
+    }
+
+    /// [`BloomFilter::may_contain`] for a key already hashed with [`key_hash`] (a point read
+    /// hashes once and probes every table with it).
+    pub fn may_contain_hash(&self, h: u64) -> bool {
         if self.k == 0 {
             return true;
         }
         let m = self.bits.len() as u64 * 8;
-        probes(xxh3_64(user_key), m, self.k).all(|bit| self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
+        probes(h, m, self.k).all(|bit| self.bits[(bit / 8) as usize] & (1 << (bit % 8)) != 0)
     }
 }
 

@@ -225,19 +225,23 @@ impl DbInner {
                 return Ok(Some(f));
             }
         }
-        let lookup = key::lookup_key(user_key, seq);
         let v = &sv.version;
+        if v.levels.iter().all(|l| l.is_empty()) {
+            return Ok(None);
+        }
+        let lookup = key::lookup_key(user_key, seq);
+        let hash = crate::bloom::key_hash(user_key);
         for f in &v.levels[0] {
             if f.info.smallest_user() <= user_key
                 && user_key <= f.info.largest_user()
-                && let Some(found) = self.table_get(f.no(), user_key, &lookup)?
+                && let Some(found) = self.table_get(f.no(), user_key, hash, &lookup)?
             {
                 return Ok(Some(found));
             }
         }
         for level in 1..v.levels.len() {
             if let Some(f) = v.file_for_key(level, user_key)
-                && let Some(found) = self.table_get(f.no(), user_key, &lookup)?
+                && let Some(found) = self.table_get(f.no(), user_key, hash, &lookup)?
             {
                 return Ok(Some(found));
             }
@@ -245,13 +249,13 @@ impl DbInner {
         Ok(None)
     }
 
-    fn table_get(&self, file_no: u64, user_key: &[u8], lookup: &[u8]) -> Result<Option<Found>> {
+    fn table_get(&self, file_no: u64, user_key: &[u8], hash: u64, lookup: &[u8]) -> Result<Option<Found>> {
         let t = self.table_cache.get(file_no)?;
-        let Some((ikey, value)) = t.get(user_key, lookup)? else { return Ok(None) };
-        let parsed = key::parse_internal_key(&ikey).ok_or_else(|| {
-            Error::corruption(TableCache::table_path(&self.dir, file_no), 0, "entry with a malformed internal key")
+        let Some((trailer, value)) = t.get_hashed(user_key, hash, lookup)? else { return Ok(None) };
+        let kind = ValueKind::from_u8((trailer & 0xFF) as u8).ok_or_else(|| {
+            Error::corruption(TableCache::table_path(&self.dir, file_no), 0, "entry with an unknown kind")
         })?;
-        Ok(Some(Found { seq: parsed.seq, kind: parsed.kind, value }))
+        Ok(Some(Found { seq: trailer >> 8, kind, value }))
     }
 
     /// Point read at `seq`.

@@ -102,11 +102,10 @@ impl TableReader {
         self.filter.as_ref().is_none_or(|f| f.may_contain(user_key))
     }
 
-    /// Point lookup: if the bloom filter may contain `user_key`, finds the first entry whose
-    /// internal key is `>= lookup` (built with [`key::lookup_key`]`(user_key, seq)`) and returns
-    /// it as (internal key, value) if its user key equals `user_key`.
-    pub fn get(&self, user_key: &[u8], lookup: &[u8]) -> Result<Option<(Vec<u8>, Bytes)>> {
-        if !self.may_contain(user_key) {
+    /// Point lookup with the key's filter hash already computed ([`crate::bloom::key_hash`]);
+    /// returns the entry's trailer (`seq << 8 | kind`) and value without copying the key.
+    pub fn get_hashed(&self, user_key: &[u8], hash: u64, lookup: &[u8]) -> Result<Option<(u64, Bytes)>> {
+        if !self.filter.as_ref().is_none_or(|f| f.may_contain_hash(hash)) {
             return Ok(None);
         }
         let mut index = self.index.iter();
@@ -116,7 +115,15 @@ impl TableReader {
         }
         let mut it = self.data_block(index.handle()?)?.iter();
         it.seek(lookup)?;
-        Ok((it.valid() && key::user_key(it.key()) == user_key).then(|| (it.key().to_vec(), it.value_bytes())))
+        Ok((it.valid() && key::user_key(it.key()) == user_key).then(|| (key::trailer(it.key()), it.value_bytes())))
+    }
+
+    /// Point lookup: if the bloom filter may contain `user_key`, finds the first entry whose
+    /// internal key is `>= lookup` (built with [`key::lookup_key`]`(user_key, seq)`) and returns
+    /// it as (internal key, value) if its user key equals `user_key`.
+    pub fn get(&self, user_key: &[u8], lookup: &[u8]) -> Result<Option<(Vec<u8>, Bytes)>> {
+        let found = self.get_hashed(user_key, crate::bloom::key_hash(user_key), lookup)?;
+        Ok(found.map(|(trailer, value)| ([user_key, &trailer.to_be_bytes()].concat(), value)))
     }
 
     /// A bidirectional iterator over the whole table (unpositioned).
