@@ -14,6 +14,12 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 /// Returns `None` for truncated input or more than 10 bytes / 64 bits.
 #[inline]
 pub fn get_varint(buf: &[u8]) -> Option<(u64, usize)> {
+    // Block entries' lengths are almost always below 128: one byte.
+    match buf.first() {
+        Some(&b) if b < 0x80 => return Some((b as u64, 1)),
+        None => return None,
+        _ => {}
+    }
     let mut v: u64 = 0;
     for (i, &b) in buf.iter().enumerate().take(10) {
         let bits = (b & 0x7F) as u64;

@@ -217,11 +217,12 @@ impl DbInner {
 
     /// The newest version of `user_key` at or below `seq` in `sv`, ignoring range tombstones.
     pub(crate) fn find_version(&self, sv: &SuperVersion, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
-        if let Some(f) = sv.mem.get(user_key, seq) {
+        let hash = crate::bloom::key_hash(user_key);
+        if let Some(f) = sv.mem.get(user_key, hash, seq) {
             return Ok(Some(f));
         }
         for m in &sv.imms {
-            if let Some(f) = m.get(user_key, seq) {
+            if let Some(f) = m.get(user_key, hash, seq) {
                 return Ok(Some(f));
             }
         }
@@ -230,7 +231,6 @@ impl DbInner {
             return Ok(None);
         }
         let lookup = key::lookup_key(user_key, seq);
-        let hash = crate::bloom::key_hash(user_key);
         for f in &v.levels[0] {
             if f.info.smallest_user() <= user_key
                 && user_key <= f.info.largest_user()

@@ -5,7 +5,7 @@
 use std::cmp::Ordering;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering as AtOrd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtOrd};
 
 use bytes::Bytes;
 use crossbeam_skiplist::SkipMap;
@@ -55,18 +55,23 @@ pub struct Memtable {
     range_dels: RwLock<RangeDels>,
     /// Set once a range tombstone is inserted (lets reads skip the lock otherwise).
     has_range_dels: AtomicBool,
+    /// A bloom filter over the user keys inserted, so that reads of keys the memtable does not
+    /// hold (most reads, once data is in tables) skip the skiplist search.
+    filter: KeyFilter,
     approx_bytes: AtomicUsize,
     /// Number of the write-ahead log holding this memtable's writes.
     wal_number: u64,
 }
 
 impl Memtable {
-    /// An empty memtable whose writes are logged in WAL `wal_number`.
-    pub(crate) fn new(wal_number: u64) -> Self {
+    /// An empty memtable whose writes are logged in WAL `wal_number`, sized for about
+    /// `capacity` bytes (which sizes its key filter).
+    pub(crate) fn new(wal_number: u64, capacity: usize) -> Self {
         Memtable {
             map: SkipMap::new(),
             range_dels: RwLock::new(RangeDels::default()),
             has_range_dels: AtomicBool::new(false),
+            filter: KeyFilter::new(capacity),
             approx_bytes: AtomicUsize::new(0),
             wal_number,
         }
@@ -92,6 +97,7 @@ impl Memtable {
 
     /// Inserts a point entry.
     pub(crate) fn insert(&self, user_key: &[u8], seq: SeqNo, kind: ValueKind, value: &[u8]) {
+        self.filter.add(crate::bloom::key_hash(user_key));
         let ikey = key::internal_key(user_key, seq, kind as u8);
         self.note_bytes(ikey.len() + value.len());
         self.map.insert(MemKey(Bytes::from(ikey)), Bytes::copy_from_slice(value));
@@ -133,8 +139,12 @@ impl Memtable {
         Some(f)
     }
 
-    /// The newest version of `user_key` with sequence `<= snapshot`.
-    pub(crate) fn get(&self, user_key: &[u8], snapshot: SeqNo) -> Option<Found> {
+    /// The newest version of `user_key` with sequence `<= snapshot`; `hash` is
+    /// [`crate::bloom::key_hash`] of the key.
+    pub(crate) fn get(&self, user_key: &[u8], hash: u64, snapshot: SeqNo) -> Option<Found> {
+        if !self.filter.may_contain(hash) {
+            return None;
+        }
         let lookup = MemKey(Bytes::from(key::lookup_key(user_key, snapshot)));
         let e = self.map.lower_bound(Bound::Included(&lookup))?;
         let k = &e.key().0;
@@ -148,6 +158,39 @@ impl Memtable {
     /// A cursor over the point entries.
     pub(crate) fn iter(self: &Arc<Self>) -> MemtableIter {
         MemtableIter { mem: self.clone(), cur: None }
+    }
+}
+
+/// A fixed-size bloom filter that concurrent writers set bits in with atomic ORs.
+struct KeyFilter {
+    words: Box<[AtomicU64]>,
+    mask: u64,
+}
+
+/// Probes per key.
+const FILTER_PROBES: u64 = 4;
+
+impl KeyFilter {
+    /// About 32 bits per KiB of memtable: 10+ bits per key for entries of 300 bytes and more.
+    fn new(capacity: usize) -> KeyFilter {
+        let bits = ((capacity as u64) / 32).clamp(1 << 13, 1 << 28).next_power_of_two();
+        let words = (0..bits / 64).map(|_| AtomicU64::new(0)).collect();
+        KeyFilter { words, mask: bits - 1 }
+    }
+
+    fn positions(&self, hash: u64) -> impl Iterator<Item = u64> + '_ {
+        let delta = hash.rotate_right(21) | 1;
+        (0..FILTER_PROBES).map(move |i| hash.wrapping_add(i.wrapping_mul(delta)) & self.mask)
+    }
+
+    fn add(&self, hash: u64) {
+        for bit in self.positions(hash) {
+            self.words[(bit / 64) as usize].fetch_or(1 << (bit % 64), AtOrd::Release);
+        }
+    }
+
+    fn may_contain(&self, hash: u64) -> bool {
+        self.positions(hash).all(|bit| self.words[(bit / 64) as usize].load(AtOrd::Acquire) & (1 << (bit % 64)) != 0)
     }
 }
 
@@ -224,21 +267,21 @@ mod tests {
 
     #[test]
     fn get_sees_newest_visible_version() {
-        let m = Memtable::new(1);
+        let m = Memtable::new(1, 1 << 20);
         m.insert(b"a", 1, ValueKind::Put, b"v1");
         m.insert(b"a", 3, ValueKind::Put, b"v3");
         m.insert(b"a", 5, ValueKind::Delete, b"");
         m.insert(b"b", 2, ValueKind::Put, b"b2");
-        assert_eq!(m.get(b"a", 0), None);
-        assert_eq!(m.get(b"a", 2).unwrap().value.as_ref(), b"v1");
-        assert_eq!(m.get(b"a", 4).unwrap().value.as_ref(), b"v3");
-        assert_eq!(m.get(b"a", 9).unwrap().kind, ValueKind::Delete);
-        assert_eq!(m.get(b"c", 9), None);
+        assert_eq!(m.get(b"a", crate::bloom::key_hash(b"a"), 0), None);
+        assert_eq!(m.get(b"a", crate::bloom::key_hash(b"a"), 2).unwrap().value.as_ref(), b"v1");
+        assert_eq!(m.get(b"a", crate::bloom::key_hash(b"a"), 4).unwrap().value.as_ref(), b"v3");
+        assert_eq!(m.get(b"a", crate::bloom::key_hash(b"a"), 9).unwrap().kind, ValueKind::Delete);
+        assert_eq!(m.get(b"c", crate::bloom::key_hash(b"c"), 9), None);
     }
 
     #[test]
     fn iterates_both_ways() {
-        let m = Arc::new(Memtable::new(1));
+        let m = Arc::new(Memtable::new(1, 1 << 20));
         for (i, k) in ["d", "b", "a", "c"].iter().enumerate() {
             m.insert(k.as_bytes(), i as u64 + 1, ValueKind::Put, b"v");
         }
@@ -256,5 +299,32 @@ mod tests {
         assert_eq!(key::user_key(it.key()), b"a");
         it.prev().unwrap();
         assert!(!it.valid());
+    }
+
+    #[test]
+    fn key_filter_has_no_false_negatives_and_few_false_positives() {
+        // A 16 MiB memtable of ~300-byte entries holds about 55,000 keys; insert 50,000.
+        let f = std::sync::Arc::new(KeyFilter::new(16 << 20));
+        let writers: Vec<_> = (0..4u64)
+            .map(|t| {
+                let f = f.clone();
+                std::thread::spawn(move || {
+                    for i in 0..12_500u64 {
+                        f.add(crate::bloom::key_hash(&(t * 1_000_000 + i).to_le_bytes()));
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        for t in 0..4u64 {
+            for i in 0..12_500u64 {
+                assert!(f.may_contain(crate::bloom::key_hash(&(t * 1_000_000 + i).to_le_bytes())));
+            }
+        }
+        let fp =
+            (0..100_000u64).filter(|i| f.may_contain(crate::bloom::key_hash(&(9_000_000 + i).to_le_bytes()))).count();
+        assert!(fp < 3_000, "false positive rate {fp} / 100000");
     }
 }

@@ -102,7 +102,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     wals.sort_unstable();
     let mut edit = VersionEdit::default();
     let first_wal = wals.first().copied().unwrap_or(0);
-    let mut mem = Arc::new(Memtable::new(first_wal));
+    let mut mem = Arc::new(Memtable::new(first_wal, opts.memtable_size));
     let (mut torn, mut flushed_during_replay) = (false, false);
     for (i, &no) in wals.iter().enumerate() {
         let path = wal_path(dir, no);
@@ -129,7 +129,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             }
             if mem.approximate_bytes() >= opts.memtable_size {
                 flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
-                mem = Arc::new(Memtable::new(0));
+                mem = Arc::new(Memtable::new(0, opts.memtable_size));
                 flushed_during_replay = true;
             }
         }
@@ -168,7 +168,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     remove_unused(&storage, dir, &live, log_number, manifest_no);
 
     let state = State {
-        mem: Arc::new(Memtable::new(wal_no)),
+        mem: Arc::new(Memtable::new(wal_no, opts.memtable_size)),
         imms: if keep_frozen { VecDeque::from([mem]) } else { VecDeque::new() },
         version: Arc::new(version),
         manifest,

@@ -208,7 +208,7 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
         }
     };
     *wal = Wal { writer };
-    let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number)));
+    let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number, inner.opts.memtable_size)));
     st.imms.push_back(old);
     inner.install_super_version(&st);
     inner.bg_cv.notify_all();
