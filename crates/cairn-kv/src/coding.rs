@@ -43,34 +43,41 @@ pub struct Reader<'a> {
 
 impl<'a> Reader<'a> {
     /// Starts reading at the beginning of `buf`.
+    #[inline]
     pub fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
     }
     /// Bytes consumed so far.
+    #[inline]
     pub fn pos(&self) -> usize {
         self.pos
     }
     /// Bytes left.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
     /// Whether everything was consumed.
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.remaining() == 0
     }
     /// Reads a varint.
+    #[inline]
     pub fn varint(&mut self) -> Option<u64> {
         let (v, n) = get_varint(&self.buf[self.pos..])?;
         self.pos += n;
         Some(v)
     }
     /// Reads a varint that must fit in `usize` and be at most `max`.
+    #[inline]
     pub fn varint_len(&mut self, max: usize) -> Option<usize> {
         let v = self.varint()?;
         let v = usize::try_from(v).ok()?;
         (v <= max).then_some(v)
     }
     /// Reads `n` raw bytes.
+    #[inline]
     pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         let end = self.pos.checked_add(n)?;
         let s = self.buf.get(self.pos..end)?;
@@ -78,19 +85,23 @@ impl<'a> Reader<'a> {
         Some(s)
     }
     /// Reads a varint length followed by that many bytes.
+    #[inline]
     pub fn len_prefixed(&mut self) -> Option<&'a [u8]> {
         let n = self.varint_len(self.remaining())?;
         self.bytes(n)
     }
     /// Reads one byte.
+    #[inline]
     pub fn u8(&mut self) -> Option<u8> {
         Some(self.bytes(1)?[0])
     }
     /// Reads a little-endian u32.
+    #[inline]
     pub fn u32(&mut self) -> Option<u32> {
         Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
     }
     /// Reads a little-endian u64.
+    #[inline]
     pub fn u64(&mut self) -> Option<u64> {
         Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
     }
