@@ -6,7 +6,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::IoContext;
-use crate::iter::InternalIterator;
 use crate::key::{self, SeqNo, ValueKind};
 use crate::memtable::Memtable;
 use crate::options::TableOptions;
@@ -183,14 +182,11 @@ pub(crate) fn build_table(
     let max_tombstone = mem.range_tombstones().iter().map(|t| t.seq).max().unwrap_or(0);
     let mut filter = VersionFilter::new(snapshots, false, frag.as_deref());
     let mut out = TableOutput::new(storage, dir, opts, u64::MAX);
-    let mut it = mem.iter();
-    it.seek_to_first()?;
     let mut alloc = || file_no;
-    while it.valid() {
-        if filter.keep(it.key()) {
-            out.add(it.key(), it.value(), &mut alloc)?;
+    for (k, v) in mem.entries() {
+        if filter.keep(&k) {
+            out.add(&k, &v, &mut alloc)?;
         }
-        it.next()?;
     }
     let (files, _) = out.finish(filter.tombstones_applied(max_tombstone))?;
     Ok(files.into_iter().next())
