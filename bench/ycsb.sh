@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# YCSB A-G: cairn against fjall, redb and sled (in-process Rust crates), Pebble and Badger (a Go
+# program replaying the same op streams) and, with ROCKSDB=1, RocksDB. Builds everything it
+# needs, runs the comparison and prints one table of medians with cairn/peer ratios.
+#
+#   bench/ycsb.sh [REGIME] [extra cairn-bench ycsb flags...]
+#
+# REGIME (each sets defaults that the environment variables below override):
+#   small  1M records x 256 B values, 1M ops per workload, 64 MiB memtable, 512 MiB cache: the
+#          data set (~280 MB) fits in memory (default)
+#   big    10M records x 1000 B values, 1M ops per workload, 64 MiB memtable, 64 MiB cache: the
+#          data set (~10 GB) is far larger than the engines' caches (the OS page cache still
+#          holds much of it on a 24 GiB machine, so misses are mostly page-cache reads)
+#   quick  the small regime scaled down 5x: 200k records x 256 B, 200k ops, 16 MiB memtable,
+#          128 MiB cache; checks the harness in minutes
+#
+# Environment: RECORDS, OPS, VALUE_SIZE, CACHE_MB, MEMTABLE_MB (override the regime), WORKLOADS
+# (default all), ENGINES (default all = every built engine + pebble,badger when Go is available),
+# THREADS (default 1; e.g. 1,2), REPEAT (default 3), DURABILITY (nosync | groupsync, default
+# nosync), ROCKSDB=1 (also build and run RocksDB: needs libclang, ~13 min build).
+# Extra flags go to `cairn-bench ycsb` (see `cairn-bench ycsb --help`), e.g. --seed 7 or
+# --bg-threads 1; do not repeat a flag this script already passes.
+# Databases, streams and raw JSON results go under target/cairn-bench/ (override with --dir).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REGIME=${1:-small}
+[ $# -gt 0 ] && shift
+case "$REGIME" in
+  small) R=1000000;  O=1000000; V=256;  C=512; M=64 ;;
+  big)   R=10000000; O=1000000; V=1000; C=64;  M=64 ;;
+  quick) R=200000;   O=200000;  V=256;  C=128; M=16 ;;
+  *) sed -n '2,30p' "$0" >&2; exit 2 ;;
+esac
+
+bash bench/build-go-peers.sh || echo "warning: Go peers not built; pebble and badger will be skipped" >&2
+
+FEATURES=()
+if [ "${ROCKSDB:-0}" = 1 ]; then
+  if ! command -v clang >/dev/null 2>&1 && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq libclang-dev clang >/dev/null
+  fi
+  FEATURES=(--features rocksdb)
+fi
+cargo build --release -q -p cairn-bench "${FEATURES[@]}"
+
+mkdir -p target/cairn-bench
+OUT=target/cairn-bench/ycsb-$REGIME.txt
+target/release/cairn-bench ycsb \
+  --workload "${WORKLOADS:-all}" --engines "${ENGINES:-all}" --threads "${THREADS:-1}" \
+  --repeat "${REPEAT:-3}" --durability "${DURABILITY:-nosync}" \
+  --records "${RECORDS:-$R}" --ops "${OPS:-$O}" --value-size "${VALUE_SIZE:-$V}" \
+  --cache-mb "${CACHE_MB:-$C}" --memtable-mb "${MEMTABLE_MB:-$M}" \
+  "$@" | tee "$OUT"
+echo "table saved to $OUT" >&2

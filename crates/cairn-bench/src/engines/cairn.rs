@@ -1,0 +1,98 @@
+//! cairn-kv, configured from the shared settings.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Result;
+use cairn_kv::{Compression, Db, Options, WriteBatch, WriteOptions};
+
+use crate::engine::{CompressionArg, Durability, Engine, Settings};
+
+/// cairn-kv behind the [`Engine`] trait.
+pub struct CairnEngine {
+    db: Db,
+    sync: AtomicBool,
+    settings: String,
+}
+
+impl CairnEngine {
+    /// Opens a new database at `dir`.
+    pub fn open(dir: &Path, s: &Settings) -> Result<Self> {
+        let compression = match s.compression {
+            CompressionArg::None => Compression::None,
+            CompressionArg::Lz4 => Compression::Lz4,
+            CompressionArg::Zstd => Compression::Zstd(3),
+        };
+        let opts = Options {
+            memtable_size: s.memtable_bytes() as usize,
+            block_size: s.block_size as usize,
+            bloom_bits_per_key: s.bloom_bits,
+            compression,
+            block_cache_bytes: s.cache_bytes() as usize,
+            compaction_threads: s.bg_threads.max(1) as usize,
+            ..Options::default()
+        };
+        let settings = format!(
+            "memtable {} MiB (+ up to {} frozen), block {} B, bloom {} bits/key, compression {:?}, block cache {} MiB, \
+             {} compaction threads + 1 flush thread, durability {} (WAL fsync per write, group-committed across writers)",
+            s.memtable_mb,
+            opts.max_immutable_memtables,
+            opts.block_size,
+            opts.bloom_bits_per_key,
+            opts.compression,
+            s.cache_mb,
+            opts.compaction_threads,
+            s.durability.as_str(),
+        );
+        let settings = if s.durability == Durability::Nosync {
+            settings.replace(
+                "WAL fsync per write, group-committed across writers",
+                "WAL written to the OS per write, no fsync",
+            )
+        } else {
+            settings
+        };
+        Ok(CairnEngine { db: Db::open(dir, opts)?, sync: AtomicBool::new(false), settings })
+    }
+}
+
+impl Engine for CairnEngine {
+    fn name(&self) -> &'static str {
+        "cairn"
+    }
+
+    fn settings(&self) -> String {
+        self.settings.clone()
+    }
+
+    fn set_sync(&self, sync: bool) {
+        self.sync.store(sync, Ordering::Relaxed);
+    }
+
+    fn read(&self, key: &[u8]) -> Result<bool> {
+        Ok(self.db.get(key)?.is_some())
+    }
+
+    fn update(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        batch.put(key, value)?;
+        self.db.write_opt(batch, WriteOptions { sync: self.sync.load(Ordering::Relaxed) })?;
+        Ok(())
+    }
+
+    fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
+        let mut count = 0;
+        for item in self.db.range(start..).take(n) {
+            let (_k, v) = item?;
+            std::hint::black_box(v);
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    fn flush_and_close(self: Box<Self>) -> Result<()> {
+        self.db.flush()?;
+        self.db.close()?;
+        Ok(())
+    }
+}
