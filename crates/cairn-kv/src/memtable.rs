@@ -163,7 +163,7 @@ impl Memtable {
 
     /// A cursor over the point entries.
     pub(crate) fn iter(self: &Arc<Self>) -> MemtableIter {
-        MemtableIter { mem: self.clone(), cur: None }
+        MemtableIter::new(self.clone())
     }
 }
 
@@ -200,70 +200,72 @@ impl KeyFilter {
     }
 }
 
-/// A cursor over a memtable. Each step is a skiplist search from the current key, so the
-/// cursor holds no borrow of the map and stays valid while writers insert.
+type Slot<'a> = Option<crossbeam_skiplist::map::Entry<'a, MemKey, Bytes>>;
+
+self_cell::self_cell!(
+    /// The memtable and the skiplist entry a cursor stands on (which borrows it).
+    struct Cursor {
+        owner: Arc<Memtable>,
+        #[covariant]
+        dependent: Slot,
+    }
+);
+
+/// A cursor over a memtable. It holds the skiplist entry it stands on, so stepping follows the
+/// skiplist's links (no search per step); the entry keeps its node alive while writers insert.
 pub(crate) struct MemtableIter {
-    mem: Arc<Memtable>,
-    cur: Option<(MemKey, Bytes)>,
+    cell: Cursor,
 }
 
 impl MemtableIter {
-    fn set(&mut self, e: Option<(MemKey, Bytes)>) {
-        self.cur = e;
+    fn new(mem: Arc<Memtable>) -> Self {
+        MemtableIter { cell: Cursor::new(mem, |_| None) }
     }
 
     fn probe(target: &[u8]) -> MemKey {
         MemKey(Bytes::copy_from_slice(target))
     }
-}
 
-fn own(e: crossbeam_skiplist::map::Entry<'_, MemKey, Bytes>) -> (MemKey, Bytes) {
-    (e.key().clone(), e.value().clone())
+    fn entry(&self) -> Option<&crossbeam_skiplist::map::Entry<'_, MemKey, Bytes>> {
+        self.cell.borrow_dependent().as_ref()
+    }
 }
 
 impl InternalIterator for MemtableIter {
     fn valid(&self) -> bool {
-        self.cur.is_some()
+        self.entry().is_some()
     }
     fn seek_to_first(&mut self) -> Result<()> {
-        let e = self.mem.map.front().map(own);
-        self.set(e);
+        self.cell.with_dependent_mut(|mem, slot| *slot = mem.map.front());
         Ok(())
     }
     fn seek_to_last(&mut self) -> Result<()> {
-        let e = self.mem.map.back().map(own);
-        self.set(e);
+        self.cell.with_dependent_mut(|mem, slot| *slot = mem.map.back());
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        let e = self.mem.map.lower_bound(Bound::Included(&Self::probe(target))).map(own);
-        self.set(e);
+        let probe = Self::probe(target);
+        self.cell.with_dependent_mut(|mem, slot| *slot = mem.map.lower_bound(Bound::Included(&probe)));
         Ok(())
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
-        let e = self.mem.map.upper_bound(Bound::Included(&Self::probe(target))).map(own);
-        self.set(e);
+        let probe = Self::probe(target);
+        self.cell.with_dependent_mut(|mem, slot| *slot = mem.map.upper_bound(Bound::Included(&probe)));
         Ok(())
     }
     fn next(&mut self) -> Result<()> {
-        if let Some((k, _)) = self.cur.take() {
-            let e = self.mem.map.lower_bound(Bound::Excluded(&k)).map(own);
-            self.set(e);
-        }
+        self.cell.with_dependent_mut(|_, slot| *slot = slot.as_ref().and_then(|e| e.next()));
         Ok(())
     }
     fn prev(&mut self) -> Result<()> {
-        if let Some((k, _)) = self.cur.take() {
-            let e = self.mem.map.upper_bound(Bound::Excluded(&k)).map(own);
-            self.set(e);
-        }
+        self.cell.with_dependent_mut(|_, slot| *slot = slot.as_ref().and_then(|e| e.prev()));
         Ok(())
     }
     fn key(&self) -> &[u8] {
-        self.cur.as_ref().map(|(k, _)| k.0.as_ref()).unwrap_or_default()
+        self.entry().map(|e| e.key().0.as_ref()).unwrap_or_default()
     }
     fn value(&self) -> &[u8] {
-        self.cur.as_ref().map(|(_, v)| v.as_ref()).unwrap_or_default()
+        self.entry().map(|e| e.value().as_ref()).unwrap_or_default()
     }
 }
 
