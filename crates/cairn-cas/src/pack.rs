@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cairn_kv::coding::mask_crc;
 use cairn_kv::{RandomAccessFile, Storage, WritableFile};
 
 use crate::{Error, Id, Result};
@@ -36,10 +37,6 @@ thread_local! {
         const { std::cell::RefCell::new(None) };
     static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
         const { std::cell::RefCell::new(None) };
-}
-
-fn mask(crc: u32) -> u32 {
-    crc.rotate_right(15).wrapping_add(0xa282_ead8)
 }
 
 fn header() -> [u8; 16] {
@@ -142,7 +139,7 @@ impl PackWriter {
         head.push(chunk.codec);
         head.extend_from_slice(&chunk.raw_len.to_le_bytes());
         head.extend_from_slice(id.as_bytes());
-        let crc = mask(crc32c::crc32c_append(crc32c::crc32c(&head), &chunk.data));
+        let crc = mask_crc(crc32c::crc32c_append(crc32c::crc32c(&head), &chunk.data));
         let io = |e| Error::io(&self.path, e);
         self.file.append(&head).map_err(io)?;
         self.file.append(&chunk.data).map_err(|e| Error::io(&self.path, e))?;
@@ -186,7 +183,7 @@ pub fn read_entry(
     let (head, rest) = buf.split_at(ENTRY_HEADER_LEN);
     let le32 = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
     let (data, crc) = rest.split_at(stored_len as usize);
-    if mask(crc32c::crc32c_append(crc32c::crc32c(head), data)) != le32(crc) {
+    if mask_crc(crc32c::crc32c_append(crc32c::crc32c(head), data)) != le32(crc) {
         return Err(Error::corruption(path, offset, format!("checksum mismatch in the entry of chunk {id}")));
     }
     if le32(&head[0..4]) != stored_len || &head[9..41] != id.as_bytes() {

@@ -107,6 +107,14 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Masks a CRC stored next to the data it covers (as LevelDB does), so that a CRC of data that
+/// itself contains CRCs stays well distributed: `((crc >> 15) | (crc << 17)) + 0xa282ead8`.
+/// Used by the record log, SSTable blocks and blob-store packs.
+#[inline]
+pub fn mask_crc(crc: u32) -> u32 {
+    crc.rotate_right(15).wrapping_add(0xa282_ead8)
+}
+
 /// Appends a varint length and the bytes.
 #[inline]
 pub fn put_len_prefixed(out: &mut Vec<u8>, data: &[u8]) {

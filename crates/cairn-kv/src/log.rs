@@ -21,11 +21,7 @@ pub const MAX_LOG_RECORD: usize = 1 << 30;
 /// Format version written in the header.
 pub const LOG_VERSION: u32 = 1;
 
-/// Masks a CRC stored next to the data it covers (as LevelDB does), so that a CRC of data that
-/// itself contains CRCs stays well distributed: `((crc >> 15) | (crc << 17)) + 0xa282ead8`.
-pub fn mask_crc(crc: u32) -> u32 {
-    crc.rotate_right(15).wrapping_add(0xa282_ead8)
-}
+pub use crate::coding::mask_crc;
 
 /// The header of a log with this magic.
 fn header(magic: [u8; 8]) -> [u8; LOG_HEADER_LEN] {

@@ -34,10 +34,7 @@ pub const MAX_BLOCK_SIZE: usize = 32 << 20;
 /// Restart interval of index blocks (every entry is a restart point).
 const INDEX_RESTART_INTERVAL: usize = 1;
 
-/// Masks a CRC32C so that a checksum over bytes that embed checksums stays strong.
-pub fn mask_crc(crc: u32) -> u32 {
-    crc.rotate_right(15).wrapping_add(0xa282_ead8)
-}
+pub use crate::coding::mask_crc;
 
 /// The masked CRC32C stored after a block: over the stored block bytes, then the tag.
 pub fn block_checksum(stored: &[u8], tag: u8) -> u32 {

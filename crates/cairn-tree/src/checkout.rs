@@ -203,17 +203,15 @@ impl Trees {
             return Ok(path);
         }
         fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let tmp = dir.join(format!(".{hex}.{}.tmp", std::process::id() as u64 * 1_000_003 + rand_u32() as u64));
+        // Unique per process and per call, so parallel materializations never share a temp file.
+        static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT_TMP.fetch_add(1, Ordering::Relaxed);
+        let tmp = dir.join(format!(".{hex}.{}.{n}.tmp", std::process::id()));
         self.copy_out(id, &tmp, if exec { 0o555 } else { 0o444 })?;
         // Concurrent checkouts may race to create it; either copy is the same content.
         fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
         Ok(path)
     }
-}
-
-fn rand_u32() -> u32 {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    NEXT.fetch_add(1, Ordering::Relaxed) as u32
 }
 
 fn set_mtime(path: &Path, ns: i64) -> Result<()> {
