@@ -100,6 +100,11 @@ impl Prepared {
     pub fn id(&self) -> Id {
         self.id
     }
+
+    /// The content's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
 }
 
 /// A stored blob.

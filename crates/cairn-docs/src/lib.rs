@@ -1,0 +1,852 @@
+//! `cairn-docs`: the document memory. A document is a path with a series of content versions
+//! (content in the blob store, deduplicated), tags, key/value metadata and times; its current
+//! content is in a full-text index (tantivy, BM25, code-aware tokens, English stemming) and can
+//! be grepped with regular expressions.
+//!
+//! Durability: every change is one durable engine write (document rows, blob references and a
+//! `docs/q/` queue row together). The full-text index is updated right after and committed
+//! lazily (before a search, on [`Memory::commit`] and [`Memory::close`]); on open, the queue rows
+//! left by a crash are replayed into the index, so a document acknowledged by `add` is always
+//! searchable after a reopen.
+
+mod error;
+pub mod extract;
+mod grep;
+mod index;
+pub mod rows;
+pub mod tokenizer;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use cairn_cas::{BlobReader, Id, Prepared, Store, StoreConfig};
+use cairn_kv::{Db, FsStorage, Options, WriteBatch, WriteOptions};
+use parking_lot::Mutex;
+use rayon::prelude::*;
+
+pub use error::{Error, Result};
+pub use extract::Kind;
+pub use grep::{GrepFile, GrepLine, GrepOptions, GrepStats};
+pub use index::QueryMode;
+pub use rows::{DocRecord, VersionRecord, format_time, parse_time};
+
+use rows::{decode, encode};
+
+/// Content larger than this is not put in the full-text index (it is stored and greppable).
+pub const MAX_INDEXED: u64 = 64 << 20;
+
+/// A document to add: its path (any non-empty string without NUL: a file path, a URL, a name)
+/// and content.
+#[derive(Clone, Debug)]
+pub struct NewDoc {
+    /// The document's path.
+    pub path: String,
+    /// Its content.
+    pub content: Vec<u8>,
+}
+
+/// A metadata change of one document: its path and `(key, Some(value))` to set or
+/// `(key, None)` to remove.
+pub type MetaUpdate = (String, Vec<(String, Option<String>)>);
+
+/// Tags and metadata given to every document of an `add`.
+#[derive(Clone, Debug, Default)]
+pub struct AddOptions {
+    /// Tags to add.
+    pub tags: Vec<String>,
+    /// Metadata to set.
+    pub meta: Vec<(String, String)>,
+}
+
+/// What an `add` did to one document.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AddStatus {
+    /// A new document.
+    Added,
+    /// A new version of an existing path.
+    NewVersion,
+    /// The path already has this content; nothing but tags/metadata changed.
+    Unchanged,
+}
+
+/// The outcome of adding one document.
+#[derive(Clone, Debug)]
+pub struct Added {
+    /// The document (as it is now).
+    pub doc: DocRecord,
+    /// What happened.
+    pub status: AddStatus,
+}
+
+/// Which documents a listing, search or grep looks at. Empty fields do not filter.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Documents must have every one of these tags.
+    pub tags: Vec<String>,
+    /// Documents must have every one of these key=value pairs.
+    pub meta: Vec<(String, String)>,
+    /// Documents whose path matches this glob (`*` also matches `/`; `**`, `?`, `[..]`, `{a,b}`).
+    pub path_glob: Option<String>,
+    /// Documents updated at or after this time (microseconds since the epoch).
+    pub since: Option<i64>,
+    /// Documents updated before this time (microseconds since the epoch).
+    pub until: Option<i64>,
+}
+
+impl Filter {
+    fn is_empty(&self) -> bool {
+        self.tags.is_empty()
+            && self.meta.is_empty()
+            && self.path_glob.is_none()
+            && self.since.is_none()
+            && self.until.is_none()
+    }
+}
+
+/// Search settings.
+#[derive(Clone, Debug)]
+pub struct SearchOptions {
+    /// How many hits to return (default 10).
+    pub limit: usize,
+    /// Hits to skip first (paging).
+    pub offset: usize,
+    /// Which documents may match.
+    pub filter: Filter,
+    /// How the query text is read.
+    pub mode: QueryMode,
+    /// Cut a snippet with highlights from each hit's content.
+    pub snippets: bool,
+}
+
+impl Default for SearchOptions {
+    fn default() -> Self {
+        SearchOptions { limit: 10, offset: 0, filter: Filter::default(), mode: QueryMode::Syntax, snippets: true }
+    }
+}
+
+/// A fragment of a hit's text with the matched words marked.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snippet {
+    /// The fragment.
+    pub text: String,
+    /// Byte ranges of `text` that matched.
+    pub highlights: Vec<std::ops::Range<usize>>,
+}
+
+/// One search hit.
+#[derive(Clone, Debug)]
+pub struct SearchHit {
+    /// BM25 score.
+    pub score: f32,
+    /// The document.
+    pub doc: DocRecord,
+    /// A snippet, when asked for and the content has matching words.
+    pub snippet: Option<Snippet>,
+}
+
+/// The result of a search.
+#[derive(Clone, Debug)]
+pub struct SearchResults {
+    /// Documents that match (before `limit`).
+    pub total: usize,
+    /// The best hits, best first.
+    pub hits: Vec<SearchHit>,
+    /// Parts of the query that did not parse and were searched as words or dropped.
+    pub warnings: Vec<String>,
+}
+
+/// Counts of what the memory holds.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryStats {
+    /// Documents.
+    pub documents: u64,
+    /// Versions of all documents.
+    pub versions: u64,
+    /// Entries in the committed full-text index.
+    pub indexed: u64,
+    /// Sum of current content sizes.
+    pub bytes: u64,
+}
+
+struct WriteState {
+    next_id: u64,
+    next_seq: u64,
+    /// Queue rows whose index changes are applied but not committed yet.
+    uncommitted: Vec<u64>,
+}
+
+struct Inner {
+    db: Db,
+    store: Store,
+    index: index::SearchIndex,
+    write: Mutex<WriteState>,
+}
+
+/// The document memory. Cheap to clone; all clones share one engine, store and index.
+#[derive(Clone)]
+pub struct Memory {
+    inner: Arc<Inner>,
+}
+
+/// A document's content prepared outside the write lock.
+struct Staged {
+    path: String,
+    kind: Kind,
+    text: Option<extract::Extracted>,
+    prepared: Prepared,
+}
+
+impl Memory {
+    /// Opens (or creates) the memory in data directory `dir`: the engine in `dir/kv`, packs in
+    /// `dir/packs`, the full-text index in `dir/docs-index`.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Memory> {
+        let dir = dir.as_ref();
+        let db = Db::open(dir.join("kv"), Options::default())?;
+        let store = Store::open(db.clone(), Arc::new(FsStorage::new()), dir.join("packs"), StoreConfig::default())?;
+        Memory::with_parts(db, store, dir.join("docs-index"))
+    }
+
+    /// Opens the memory over an open engine and store, with its index in `index_dir`. Replays
+    /// index work a crash left undone; rebuilds the index if it is missing.
+    pub fn with_parts(db: Db, store: Store, index_dir: impl Into<PathBuf>) -> Result<Memory> {
+        let (index, created) = index::SearchIndex::open(&index_dir.into())?;
+        let next_id = match db.prefix(rows::DOC).next_back() {
+            Some(kv) => rows::trailing_id(&kv?.0)? + 1,
+            None => 1,
+        };
+        let next_seq = match db.prefix(rows::QUEUE).next_back() {
+            Some(kv) => rows::trailing_id(&kv?.0)? + 1,
+            None => 0,
+        };
+        let write = Mutex::new(WriteState { next_id, next_seq, uncommitted: Vec::new() });
+        let m = Memory { inner: Arc::new(Inner { db, store, index, write }) };
+        m.reconcile(created)?;
+        Ok(m)
+    }
+
+    /// The engine underneath.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// The blob store underneath.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    fn reconcile(&self, index_created: bool) -> Result<()> {
+        let mut w = self.inner.write.lock();
+        let mut ids = BTreeSet::new();
+        for kv in self.inner.db.prefix(rows::QUEUE) {
+            let (k, v) = kv?;
+            w.uncommitted.push(rows::trailing_id(&k)?);
+            ids.insert(rows::id_value(&k, &v)?);
+        }
+        if index_created && next_is_nonempty(&self.inner.db)? {
+            // The index is gone (deleted, or never written): rebuild it from the documents.
+            self.inner.index.clear()?;
+            for kv in self.inner.db.prefix(rows::DOC) {
+                ids.insert(rows::trailing_id(&kv?.0)?);
+            }
+        }
+        for id in ids {
+            match self.doc_by_id(id)? {
+                Some(doc) => self.reindex(&doc)?,
+                None => self.inner.index.replace(id, "", None)?,
+            }
+        }
+        if !w.uncommitted.is_empty() || index_created {
+            self.commit_locked(&mut w)?;
+        }
+        Ok(())
+    }
+
+    /// Puts the current content of `doc` into the index (reading it from the blob store).
+    fn reindex(&self, doc: &DocRecord) -> Result<()> {
+        let text = if doc.indexed {
+            let content = self.inner.store.get(&rows::parse_hash(&doc.path, &doc.hash)?)?;
+            extract::extract(Kind::from_mime(&doc.mime), &content)
+        } else {
+            None
+        };
+        self.inner.index.replace(doc.id, &doc.path, text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())))
+    }
+
+    fn commit_locked(&self, w: &mut WriteState) -> Result<()> {
+        self.inner.index.commit()?;
+        if !w.uncommitted.is_empty() {
+            let mut b = WriteBatch::new();
+            for seq in w.uncommitted.drain(..) {
+                b.delete(rows::queue_key(seq))?;
+            }
+            // Losing these deletes only makes the next open redo idempotent index work.
+            self.inner.db.write_opt(b, WriteOptions::no_sync())?;
+        }
+        Ok(())
+    }
+
+    /// Commits the full-text index: every document added so far becomes searchable.
+    pub fn commit(&self) -> Result<()> {
+        let mut w = self.inner.write.lock();
+        self.commit_locked(&mut w)
+    }
+
+    /// Commits the index and closes the engine.
+    pub fn close(self) -> Result<()> {
+        self.commit()?;
+        Ok(())
+    }
+
+    fn stage(&self, doc: NewDoc) -> Result<Staged> {
+        check_path(&doc.path)?;
+        let kind = extract::detect(&doc.path, &doc.content);
+        let text = if doc.content.len() as u64 <= MAX_INDEXED { extract::extract(kind, &doc.content) } else { None };
+        let prepared = self.inner.store.prepare(&doc.content)?;
+        Ok(Staged { path: doc.path, kind, text, prepared })
+    }
+
+    /// Adds documents (new paths, or new versions of existing paths) in one durable write.
+    /// Content is hashed, chunked and compressed in parallel. Returns one outcome per document,
+    /// in order.
+    pub fn add(&self, docs: Vec<NewDoc>, opts: &AddOptions) -> Result<Vec<Added>> {
+        check_labels(opts)?;
+        let staged: Vec<Staged> = docs.into_par_iter().map(|d| self.stage(d)).collect::<Result<_>>()?;
+        let mut w = self.inner.write.lock();
+        let now = rows::now_micros();
+        let mut batch = self.inner.store.batch();
+        let mut touched: HashMap<String, (DocRecord, Option<DocRecord>)> = HashMap::new();
+        let mut out = Vec::with_capacity(staged.len());
+        let mut reindex: Vec<(u64, Option<extract::Extracted>)> = Vec::new();
+        for s in staged {
+            let before = match touched.get(&s.path) {
+                Some((now, _)) => Some(now.clone()),
+                None => self.doc_by_path(&s.path)?,
+            };
+            let hash = s.prepared.id().to_hex();
+            let (mut doc, status) = match &before {
+                Some(d) if d.hash == hash => (d.clone(), AddStatus::Unchanged),
+                _ => {
+                    let put = match batch.put_prepared(s.prepared) {
+                        Err(cairn_cas::Error::Stale(_)) => {
+                            return Err(Error::InvalidArgument("content changed under a concurrent gc; retry".into()));
+                        }
+                        r => r?,
+                    };
+                    let (id, version, created, tags, meta) = match &before {
+                        Some(d) => (d.id, d.version + 1, d.created, d.tags.clone(), d.meta.clone()),
+                        None => {
+                            w.next_id += 1;
+                            (w.next_id - 1, 1, now, BTreeSet::new(), BTreeMap::new())
+                        }
+                    };
+                    let indexed = s.text.is_some();
+                    let doc = DocRecord {
+                        id,
+                        path: s.path.clone(),
+                        version,
+                        hash: hash.clone(),
+                        size: put.size,
+                        mime: s.kind.mime().to_string(),
+                        title: s.text.as_ref().and_then(|t| t.title.clone()),
+                        indexed,
+                        created,
+                        updated: now,
+                        tags,
+                        meta,
+                    };
+                    let v = VersionRecord { version, hash, size: doc.size, mime: doc.mime.clone(), added: now };
+                    batch.kv_put(rows::version_key(id, version), encode(&v))?;
+                    let seq = w.next_seq;
+                    w.next_seq += 1;
+                    batch.kv_put(rows::queue_key(seq), id.to_be_bytes())?;
+                    w.uncommitted.push(seq);
+                    reindex.retain(|(i, _)| *i != id);
+                    reindex.push((id, s.text));
+                    let status = if before.is_some() { AddStatus::NewVersion } else { AddStatus::Added };
+                    (doc, status)
+                }
+            };
+            let mut changed = status != AddStatus::Unchanged;
+            for t in &opts.tags {
+                changed |= doc.tags.insert(t.clone());
+            }
+            for (k, v) in &opts.meta {
+                changed |= doc.meta.get(k) != Some(v);
+                doc.meta.insert(k.clone(), v.clone());
+            }
+            if changed {
+                doc.updated = now;
+            }
+            let original = match touched.remove(&s.path) {
+                Some((_, original)) => original,
+                None => before,
+            };
+            out.push(Added { doc: doc.clone(), status });
+            touched.insert(s.path, (doc, original));
+        }
+        for (doc, before) in touched.values() {
+            if before.as_ref() != Some(doc) {
+                write_doc_rows(&mut RowSink::Cas(&mut batch), doc, before.as_ref())?;
+            }
+        }
+        batch.commit()?;
+        for (id, text) in reindex {
+            let Some((doc, _)) = touched.values().find(|(d, _)| d.id == id) else { continue };
+            self.inner.index.replace(id, &doc.path, text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())))?;
+        }
+        // Keep the uncommitted index work bounded.
+        if w.uncommitted.len() >= 50_000 {
+            self.commit_locked(&mut w)?;
+        }
+        Ok(out)
+    }
+
+    /// Adds one document from a reader, streaming its content into the store in bounded memory.
+    /// The first 8 KiB decide its kind; content larger than [`MAX_INDEXED`] is stored but not
+    /// indexed, otherwise the text is indexed as with [`Memory::add`].
+    pub fn add_reader(&self, path: &str, mut r: impl Read, opts: &AddOptions) -> Result<Added> {
+        check_path(path)?;
+        let mut head = Vec::with_capacity(MAX_INDEXED as usize / 64);
+        (&mut r).take(MAX_INDEXED + 1).read_to_end(&mut head).map_err(|e| Error::io(path, e))?;
+        if head.len() as u64 <= MAX_INDEXED {
+            let mut v = self.add(vec![NewDoc { path: path.to_string(), content: head }], opts)?;
+            return v.pop().ok_or_else(|| Error::InvalidArgument("nothing added".into()));
+        }
+        check_labels(opts)?;
+        let kind = extract::detect(path, &head);
+        let mut w = self.inner.write.lock();
+        let now = rows::now_micros();
+        let before = self.doc_by_path(path)?;
+        let mut batch = self.inner.store.batch();
+        let put = batch.put_reader(std::io::Cursor::new(head).chain(r))?;
+        let hash = put.id.to_hex();
+        if before.as_ref().is_some_and(|d| d.hash == hash) {
+            batch.release(&put.id)?;
+        }
+        let (id, version, created, tags, meta, status) = match &before {
+            Some(d) if d.hash == hash => (d.id, d.version, d.created, d.tags.clone(), d.meta.clone(), AddStatus::Unchanged),
+            Some(d) => (d.id, d.version + 1, d.created, d.tags.clone(), d.meta.clone(), AddStatus::NewVersion),
+            None => {
+                w.next_id += 1;
+                (w.next_id - 1, 1, now, BTreeSet::new(), BTreeMap::new(), AddStatus::Added)
+            }
+        };
+        let mut doc = DocRecord {
+            id,
+            path: path.to_string(),
+            version,
+            hash: hash.clone(),
+            size: put.size,
+            mime: kind.mime().to_string(),
+            title: None,
+            indexed: false,
+            created,
+            updated: now,
+            tags,
+            meta,
+        };
+        doc.tags.extend(opts.tags.iter().cloned());
+        doc.meta.extend(opts.meta.iter().cloned());
+        if status != AddStatus::Unchanged {
+            let v = VersionRecord { version, hash, size: put.size, mime: doc.mime.clone(), added: now };
+            batch.kv_put(rows::version_key(id, version), encode(&v))?;
+            let seq = w.next_seq;
+            w.next_seq += 1;
+            batch.kv_put(rows::queue_key(seq), id.to_be_bytes())?;
+            w.uncommitted.push(seq);
+        }
+        write_doc_rows(&mut RowSink::Cas(&mut batch), &doc, before.as_ref())?;
+        batch.commit()?;
+        if status != AddStatus::Unchanged {
+            self.inner.index.replace(id, path, None)?;
+        }
+        Ok(Added { doc, status })
+    }
+
+    /// The document at `path`, if any.
+    pub fn doc_by_path(&self, path: &str) -> Result<Option<DocRecord>> {
+        let k = rows::path_key(path);
+        match self.inner.db.get(&k)? {
+            Some(v) => self.doc_by_id(rows::id_value(&k, &v)?),
+            None => Ok(None),
+        }
+    }
+
+    /// The document with id `id`, if any.
+    pub fn doc_by_id(&self, id: u64) -> Result<Option<DocRecord>> {
+        let k = rows::doc_key(id);
+        self.inner.db.get(&k)?.map(|v| decode(&k, &v)).transpose()
+    }
+
+    /// The document at `path`, or [`Error::NotFound`].
+    pub fn get(&self, path: &str) -> Result<DocRecord> {
+        self.doc_by_path(path)?.ok_or_else(|| Error::NotFound(path.to_string()))
+    }
+
+    /// Every version of the document at `path`, oldest first.
+    pub fn versions(&self, path: &str) -> Result<Vec<VersionRecord>> {
+        let doc = self.get(path)?;
+        self.inner
+            .db
+            .prefix(rows::versions_prefix(doc.id))
+            .map(|kv| {
+                let (k, v) = kv?;
+                decode(&k, &v)
+            })
+            .collect()
+    }
+
+    /// The blob id of version `version` (default: current) of the document at `path`.
+    pub fn version_hash(&self, path: &str, version: Option<u32>) -> Result<Id> {
+        let doc = self.get(path)?;
+        let hash = match version {
+            None => doc.hash,
+            Some(n) => {
+                let k = rows::version_key(doc.id, n);
+                let v = self.inner.db.get(&k)?.ok_or_else(|| Error::NoVersion(path.to_string(), n))?;
+                decode::<VersionRecord>(&k, &v)?.hash
+            }
+        };
+        rows::parse_hash(path, &hash)
+    }
+
+    /// The content of a version (default: current) of the document at `path`, whole.
+    pub fn content(&self, path: &str, version: Option<u32>) -> Result<Vec<u8>> {
+        Ok(self.inner.store.get(&self.version_hash(path, version)?)?)
+    }
+
+    /// A streaming reader of a version (default: current) of the document at `path`.
+    pub fn reader(&self, path: &str, version: Option<u32>) -> Result<BlobReader> {
+        Ok(self.inner.store.reader(&self.version_hash(path, version)?)?)
+    }
+
+    /// Removes documents with all their versions (their content is released to the store).
+    /// Returns the paths that were not found.
+    pub fn remove(&self, paths: &[String]) -> Result<Vec<String>> {
+        let mut w = self.inner.write.lock();
+        let mut batch = self.inner.store.batch();
+        let mut missing = Vec::new();
+        let mut removed = Vec::new();
+        for p in paths {
+            let Some(doc) = self.doc_by_path(p)? else {
+                missing.push(p.clone());
+                continue;
+            };
+            if removed.contains(&doc.id) {
+                continue;
+            }
+            for kv in self.inner.db.prefix(rows::versions_prefix(doc.id)) {
+                let (k, v) = kv?;
+                let ver: VersionRecord = decode(&k, &v)?;
+                batch.release(&rows::parse_hash(p, &ver.hash)?)?;
+                batch.kv_delete(&k)?;
+            }
+            let mut sink = RowSink::Cas(&mut batch);
+            delete_doc_rows(&mut sink, &doc)?;
+            let seq = w.next_seq;
+            w.next_seq += 1;
+            batch.kv_put(rows::queue_key(seq), doc.id.to_be_bytes())?;
+            w.uncommitted.push(seq);
+            removed.push(doc.id);
+        }
+        batch.commit()?;
+        for id in removed {
+            self.inner.index.replace(id, "", None)?;
+        }
+        Ok(missing)
+    }
+
+    /// Adds and removes tags on documents, in one durable write. Returns the paths not found.
+    pub fn tag(&self, paths: &[String], add: &[String], remove: &[String]) -> Result<Vec<String>> {
+        for t in add.iter().chain(remove) {
+            rows::check_label("tag", t, false)?;
+        }
+        self.update(paths, |doc| {
+            let mut changed = false;
+            for t in add {
+                changed |= doc.tags.insert(t.clone());
+            }
+            for t in remove {
+                changed |= doc.tags.remove(t);
+            }
+            changed
+        })
+    }
+
+    /// Sets (`Some`) or removes (`None`) metadata on many documents in one durable write.
+    /// Returns the paths not found.
+    pub fn set_meta(&self, updates: &[MetaUpdate]) -> Result<Vec<String>> {
+        for (_, kvs) in updates {
+            for (k, v) in kvs {
+                rows::check_label("metadata key", k, false)?;
+                if let Some(v) = v {
+                    rows::check_label("metadata value", v, true)?;
+                }
+            }
+        }
+        let by_path: HashMap<&str, &Vec<(String, Option<String>)>> =
+            updates.iter().map(|(p, kvs)| (p.as_str(), kvs)).collect();
+        let paths: Vec<String> = updates.iter().map(|(p, _)| p.clone()).collect();
+        self.update(&paths, |doc| {
+            let mut changed = false;
+            for (k, v) in by_path.get(doc.path.as_str()).copied().into_iter().flatten() {
+                changed |= match v {
+                    Some(v) => doc.meta.insert(k.clone(), v.clone()).as_ref() != Some(v),
+                    None => doc.meta.remove(k).is_some(),
+                };
+            }
+            changed
+        })
+    }
+
+    /// Applies `f` to each document's record; writes the changed ones in one durable batch.
+    fn update(&self, paths: &[String], mut f: impl FnMut(&mut DocRecord) -> bool) -> Result<Vec<String>> {
+        let _w = self.inner.write.lock();
+        let now = rows::now_micros();
+        let mut b = WriteBatch::new();
+        let mut missing = Vec::new();
+        let mut seen = HashSet::new();
+        for p in paths {
+            let Some(before) = self.doc_by_path(p)? else {
+                missing.push(p.clone());
+                continue;
+            };
+            if !seen.insert(before.id) {
+                continue;
+            }
+            let mut doc = before.clone();
+            if f(&mut doc) {
+                doc.updated = now;
+                write_doc_rows(&mut RowSink::Kv(&mut b), &doc, Some(&before))?;
+            }
+        }
+        if !b.is_empty() {
+            self.inner.db.write(b)?;
+        }
+        Ok(missing)
+    }
+
+    /// Ids of the documents having every tag and key=value of `filter` (`None`: no such
+    /// condition, every document).
+    fn label_ids(&self, filter: &Filter) -> Result<Option<HashSet<u64>>> {
+        let mut set: Option<HashSet<u64>> = None;
+        let prefixes = filter
+            .tags
+            .iter()
+            .map(|t| rows::tag_prefix(t))
+            .chain(filter.meta.iter().map(|(k, v)| rows::meta_prefix(k, v)));
+        for prefix in prefixes {
+            let mut ids = HashSet::new();
+            for kv in self.inner.db.prefix(&prefix) {
+                let id = rows::trailing_id(&kv?.0)?;
+                if set.as_ref().is_none_or(|s| s.contains(&id)) {
+                    ids.insert(id);
+                }
+            }
+            set = Some(ids);
+        }
+        Ok(set)
+    }
+
+    /// Documents matching `filter`, by path.
+    pub fn list(&self, filter: &Filter) -> Result<Vec<DocRecord>> {
+        let glob = match &filter.path_glob {
+            Some(g) => Some(
+                globset::Glob::new(g).map_err(|e| Error::InvalidArgument(format!("glob {g:?}: {e}")))?.compile_matcher(),
+            ),
+            None => None,
+        };
+        let keep = |d: &DocRecord| {
+            glob.as_ref().is_none_or(|g| g.is_match(&d.path))
+                && filter.since.is_none_or(|t| d.updated >= t)
+                && filter.until.is_none_or(|t| d.updated < t)
+        };
+        let mut out = Vec::new();
+        match self.label_ids(filter)? {
+            Some(ids) => {
+                for id in ids {
+                    if let Some(d) = self.doc_by_id(id)?
+                        && keep(&d)
+                    {
+                        out.push(d);
+                    }
+                }
+            }
+            None => {
+                for kv in self.inner.db.prefix(rows::DOC) {
+                    let (k, v) = kv?;
+                    let d: DocRecord = decode(&k, &v)?;
+                    if keep(&d) {
+                        out.push(d);
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok(out)
+    }
+
+    /// Full-text search (BM25) over the current content of the documents `opts.filter` allows.
+    pub fn search(&self, query: &str, opts: &SearchOptions) -> Result<SearchResults> {
+        {
+            let mut w = self.inner.write.lock();
+            if !w.uncommitted.is_empty() {
+                self.commit_locked(&mut w)?;
+            }
+        }
+        let idx = &self.inner.index;
+        let (q, warnings) = idx.parse(query, opts.mode)?;
+        let allowed = if opts.filter.is_empty() {
+            None
+        } else if opts.filter.path_glob.is_none() && opts.filter.since.is_none() && opts.filter.until.is_none() {
+            self.label_ids(&opts.filter)?.map(Arc::new)
+        } else {
+            Some(Arc::new(self.list(&opts.filter)?.into_iter().map(|d| d.id).collect()))
+        };
+        let searcher = idx.searcher();
+        let (top, total) = idx.top(&searcher, q.as_ref(), opts.limit, opts.offset, allowed)?;
+        let generator = if opts.snippets { Some(idx.snippets(&searcher, q.as_ref())?) } else { None };
+        let mut hits = Vec::with_capacity(top.len());
+        for (score, id) in top {
+            // An entry whose document is gone (a removal not yet committed to the index) is skipped.
+            let Some(doc) = self.doc_by_id(id)? else { continue };
+            let snippet = match &generator {
+                Some(g) if doc.indexed => {
+                    let content = self.inner.store.get(&rows::parse_hash(&doc.path, &doc.hash)?)?;
+                    extract::extract(Kind::from_mime(&doc.mime), &content).and_then(|t| {
+                        let s = g.snippet(&t.body);
+                        (!s.fragment().is_empty())
+                            .then(|| Snippet { text: s.fragment().to_string(), highlights: s.highlighted().to_vec() })
+                    })
+                }
+                _ => None,
+            };
+            hits.push(SearchHit { score, doc, snippet });
+        }
+        Ok(SearchResults { total, hits, warnings })
+    }
+
+    /// Regex search over the stored content of the current versions of the documents the filter
+    /// allows (text documents only), in path order; `on_file` gets each file with matches.
+    pub fn grep(&self, opts: &GrepOptions, on_file: impl FnMut(GrepFile) -> Result<()>) -> Result<GrepStats> {
+        let docs: Vec<DocRecord> = self.list(&opts.filter)?.into_iter().filter(|d| d.indexed).collect();
+        grep::run(self, opts, &docs, on_file)
+    }
+
+    /// Drops the full-text index and rebuilds it from the stored documents. Returns the number
+    /// of documents indexed.
+    pub fn rebuild_index(&self) -> Result<u64> {
+        let mut w = self.inner.write.lock();
+        self.inner.index.clear()?;
+        let mut n = 0;
+        for kv in self.inner.db.prefix(rows::DOC) {
+            let (k, v) = kv?;
+            let doc: DocRecord = decode(&k, &v)?;
+            self.reindex(&doc)?;
+            n += u64::from(doc.indexed);
+        }
+        self.commit_locked(&mut w)?;
+        Ok(n)
+    }
+
+    /// What the memory holds.
+    pub fn stats(&self) -> Result<MemoryStats> {
+        let mut s = MemoryStats { indexed: self.inner.index.num_docs(), ..Default::default() };
+        for kv in self.inner.db.prefix(rows::DOC) {
+            let (k, v) = kv?;
+            let d: DocRecord = decode(&k, &v)?;
+            s.documents += 1;
+            s.versions += u64::from(d.version);
+            s.bytes += d.size;
+        }
+        Ok(s)
+    }
+}
+
+fn next_is_nonempty(db: &Db) -> Result<bool> {
+    Ok(db.prefix(rows::DOC).next().transpose()?.is_some())
+}
+
+fn check_path(path: &str) -> Result<()> {
+    if path.is_empty() || path.contains('\0') || path.len() > 4096 {
+        return Err(Error::InvalidArgument(format!("document path {path:?} must be 1..=4096 bytes without NUL")));
+    }
+    Ok(())
+}
+
+fn check_labels(opts: &AddOptions) -> Result<()> {
+    for t in &opts.tags {
+        rows::check_label("tag", t, false)?;
+    }
+    for (k, v) in &opts.meta {
+        rows::check_label("metadata key", k, false)?;
+        rows::check_label("metadata value", v, true)?;
+    }
+    Ok(())
+}
+
+/// Where row changes go: a blob-store batch (with blob references) or a plain engine batch.
+enum RowSink<'a, 'b> {
+    Cas(&'a mut cairn_cas::Batch<'b>),
+    Kv(&'a mut WriteBatch),
+}
+
+impl RowSink<'_, '_> {
+    fn put(&mut self, k: &[u8], v: &[u8]) -> Result<()> {
+        match self {
+            RowSink::Cas(b) => b.kv_put(k, v)?,
+            RowSink::Kv(b) => b.put(k, v)?,
+        }
+        Ok(())
+    }
+
+    fn delete(&mut self, k: &[u8]) -> Result<()> {
+        match self {
+            RowSink::Cas(b) => b.kv_delete(k)?,
+            RowSink::Kv(b) => b.delete(k)?,
+        }
+        Ok(())
+    }
+}
+
+/// Writes a document's record and its path/tag/metadata rows, removing the rows of `before`
+/// that no longer hold.
+fn write_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord, before: Option<&DocRecord>) -> Result<()> {
+    sink.put(&rows::doc_key(doc.id), &encode(doc))?;
+    if before.is_none_or(|b| b.path != doc.path) {
+        sink.put(&rows::path_key(&doc.path), &doc.id.to_be_bytes())?;
+    }
+    let empty = DocRecord { tags: BTreeSet::new(), meta: BTreeMap::new(), ..doc.clone() };
+    let before = before.unwrap_or(&empty);
+    for t in before.tags.difference(&doc.tags) {
+        sink.delete(&rows::tag_key(t, doc.id))?;
+    }
+    for t in doc.tags.difference(&before.tags) {
+        sink.put(&rows::tag_key(t, doc.id), b"")?;
+    }
+    for (k, v) in &before.meta {
+        if doc.meta.get(k) != Some(v) {
+            sink.delete(&rows::meta_key(k, v, doc.id))?;
+        }
+    }
+    for (k, v) in &doc.meta {
+        if before.meta.get(k) != Some(v) {
+            sink.put(&rows::meta_key(k, v, doc.id), b"")?;
+        }
+    }
+    Ok(())
+}
+
+fn delete_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord) -> Result<()> {
+    sink.delete(&rows::doc_key(doc.id))?;
+    sink.delete(&rows::path_key(&doc.path))?;
+    for t in &doc.tags {
+        sink.delete(&rows::tag_key(t, doc.id))?;
+    }
+    for (k, v) in &doc.meta {
+        sink.delete(&rows::meta_key(k, v, doc.id))?;
+    }
+    Ok(())
+}
