@@ -426,7 +426,9 @@ impl Memory {
             batch.release(&put.id)?;
         }
         let (id, version, created, tags, meta, status) = match &before {
-            Some(d) if d.hash == hash => (d.id, d.version, d.created, d.tags.clone(), d.meta.clone(), AddStatus::Unchanged),
+            Some(d) if d.hash == hash => {
+                (d.id, d.version, d.created, d.tags.clone(), d.meta.clone(), AddStatus::Unchanged)
+            }
             Some(d) => (d.id, d.version + 1, d.created, d.tags.clone(), d.meta.clone(), AddStatus::NewVersion),
             None => {
                 w.next_id += 1;
@@ -654,7 +656,9 @@ impl Memory {
     pub fn list(&self, filter: &Filter) -> Result<Vec<DocRecord>> {
         let glob = match &filter.path_glob {
             Some(g) => Some(
-                globset::Glob::new(g).map_err(|e| Error::InvalidArgument(format!("glob {g:?}: {e}")))?.compile_matcher(),
+                globset::Glob::new(g)
+                    .map_err(|e| Error::InvalidArgument(format!("glob {g:?}: {e}")))?
+                    .compile_matcher(),
             ),
             None => None,
         };

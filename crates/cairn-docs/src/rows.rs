@@ -140,8 +140,8 @@ pub(crate) fn id_value(key: &[u8], v: &[u8]) -> Result<u64> {
 
 pub(crate) fn parse_hash(key: &str, hex: &str) -> Result<Id> {
     let mut b = [0u8; 32];
-    let ok = hex.len() == 64
-        && (0..32).all(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map(|x| b[i] = x).is_ok());
+    let ok =
+        hex.len() == 64 && (0..32).all(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map(|x| b[i] = x).is_ok());
     if ok { Ok(Id(b)) } else { Err(Error::Corrupt { key: key.into(), msg: format!("bad blob id {hex:?}") }) }
 }
 
@@ -206,7 +206,8 @@ pub fn parse_time(s: &str) -> Result<i64> {
         (Some(y), Some(m), Some(d), None) => (y, m, d),
         _ => return Err(bad()),
     };
-    let (y, m, d): (i64, u32, u32) = (y.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?, d.parse().map_err(|_| bad())?);
+    let (y, m, d): (i64, u32, u32) =
+        (y.parse().map_err(|_| bad())?, m.parse().map_err(|_| bad())?, d.parse().map_err(|_| bad())?);
     if !(1..=12).contains(&m) || !(1..=31).contains(&d) || !(0..=9999).contains(&y) {
         return Err(bad());
     }
@@ -216,7 +217,8 @@ pub fn parse_time(s: &str) -> Result<i64> {
         if !(2..=3).contains(&f.len()) {
             return Err(bad());
         }
-        let v: Vec<i64> = f.iter().map(|x| x.parse::<i64>()).collect::<std::result::Result<_, _>>().map_err(|_| bad())?;
+        let v: Vec<i64> =
+            f.iter().map(|x| x.parse::<i64>()).collect::<std::result::Result<_, _>>().map_err(|_| bad())?;
         if v[0] > 23 || v[1] > 59 || v.get(2).is_some_and(|s| *s > 60) {
             return Err(bad());
         }

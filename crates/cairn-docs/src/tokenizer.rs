@@ -4,7 +4,9 @@
 //! query `parse_query`, `parse`, `query` and the phrase `"parse query"`. Lowercasing and
 //! stemming are separate filters (see [`analyzer`]).
 
-use tantivy::tokenizer::{Language, LowerCaser, RemoveLongFilter, Stemmer, TextAnalyzer, Token, TokenStream, Tokenizer};
+use tantivy::tokenizer::{
+    Language, LowerCaser, RemoveLongFilter, Stemmer, TextAnalyzer, Token, TokenStream, Tokenizer,
+};
 
 /// Name the analyzer is registered under in the index.
 pub const ANALYZER: &str = "cairn_code";
@@ -170,7 +172,10 @@ mod tests {
             texts("fn parse_query(x)"),
             [("fn".into(), 0), ("parse_queri".into(), 1), ("pars".into(), 1), ("queri".into(), 2), ("x".into(), 3)]
         );
-        assert_eq!(texts("getUserName"), [("getusernam".into(), 0), ("get".into(), 0), ("user".into(), 1), ("name".into(), 2)]);
+        assert_eq!(
+            texts("getUserName"),
+            [("getusernam".into(), 0), ("get".into(), 0), ("user".into(), 1), ("name".into(), 2)]
+        );
         assert_eq!(texts("Running dogs ran."), [("run".into(), 0), ("dog".into(), 1), ("ran".into(), 2)]);
         assert!(texts("__ -- !!").is_empty());
         assert_eq!(texts("naïve café"), [("naïv".into(), 0), ("café".into(), 1)]);
