@@ -1,6 +1,7 @@
 //! The `cairn` command-line tool. Every command runs embedded on the data directory
 //! (`--dir`, `$CAIRN_DIR`, default `./.cairn`).
 
+mod docs;
 mod kv;
 mod tree;
 
@@ -23,6 +24,8 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    #[command(flatten)]
+    Docs(docs::DocsCommand),
     /// The key-value engine.
     #[command(subcommand)]
     Kv(kv::KvCommand),
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = io::BufWriter::new(io::stdout().lock());
     let result = match cli.command {
+        Command::Docs(cmd) => docs::run(&cli.data_dir, cmd, &mut out),
         Command::Kv(cmd) => kv::run(&cli.data_dir, cmd, &mut out),
         Command::Snapshot { source, name, json } => {
             tree::snapshot(&cli.data_dir, &source, name.as_deref(), json, &mut out)
@@ -117,6 +121,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
+        Err(e) if e.downcast_ref::<docs::NoMatch>().is_some() => ExitCode::from(1),
         Err(e) => {
             eprintln!("cairn: {e:#}");
             ExitCode::FAILURE

@@ -88,3 +88,102 @@ fn tree_commands_end_to_end() {
     let (found, _, err) = cairn(&d, &["checkout", "one", t.path().join("x").to_str().unwrap()]);
     assert!(!found && err.contains("no snapshot named"), "{err}");
 }
+
+fn run_stdin(data: &Path, args: &[&str], input: &[u8]) -> String {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("--dir")
+        .arg(data)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "cairn {args:?} failed");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn document_memory_end_to_end() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("notes");
+    fs::create_dir_all(src.join("sub")).unwrap();
+    fs::create_dir_all(src.join(".hidden")).unwrap();
+    fs::write(src.join("wal.md"), "# WAL\nThe write-ahead log uses group commit.\n").unwrap();
+    fs::write(src.join("sub/cache.rs"), "fn get_block_handle() {}\n// block cache\n").unwrap();
+    fs::write(src.join("sub/blob.bin"), [0u8, 1, 2, 3]).unwrap();
+    fs::write(src.join(".hidden/secret.txt"), "group commit secret").unwrap();
+    let d = t.path().join("data");
+    let s = src.to_str().unwrap();
+
+    // A directory needs --recursive; hidden files are skipped like ripgrep does.
+    let (success, _, err) = cairn(&d, &["add", s]);
+    assert!(!success && err.contains("--recursive"), "{err}");
+    let out = ok(&d, &["add", "-r", s, "--tag", "notes", "--meta", "owner=ann"]);
+    assert!(out.starts_with("added 3 documents"), "{out}");
+    let out = ok(&d, &["add", "-r", s]);
+    assert!(out.contains("3 unchanged"), "{out}");
+
+    // Search: stemming, code tokens, filters, JSON.
+    let wal = src.join("wal.md");
+    let wal = wal.to_str().unwrap();
+    let hits = ok(&d, &["search", "committing", "--json"]);
+    assert_eq!(hits.lines().count(), 1, "{hits}");
+    let hit: serde_json::Value = serde_json::from_str(hits.lines().next().unwrap()).unwrap();
+    assert_eq!(hit["path"], wal);
+    assert!(hit["snippet"]["highlights"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(ok(&d, &["search", "handle"]).contains("cache.rs"));
+    assert!(ok(&d, &["search", "block", "--path-glob", "*.md"]).contains("0 of 0"));
+    assert!(ok(&d, &["search", "block", "--meta", "owner=ann"]).contains("1 of 1"));
+
+    // grep: ripgrep-style lines, exit status 1 when nothing matches.
+    let g = ok(&d, &["grep", "-i", "-w", "BLOCK", "-C", "1"]);
+    let cache = src.join("sub/cache.rs");
+    let cache = cache.to_str().unwrap();
+    assert_eq!(g, format!("{cache}-1-fn get_block_handle() {{}}\n{cache}:2:// block cache\n"));
+    let (success, out, _) = cairn(&d, &["grep", "nothing-matches-this"]);
+    assert!(!success && out.is_empty());
+
+    // Versions, cat, restore.
+    fs::write(wal, "# WAL\nRewritten.\n").unwrap();
+    assert!(ok(&d, &["add", wal]).contains("1 new versions"));
+    let vs = ok(&d, &["versions", wal]);
+    assert_eq!(vs.lines().count(), 2, "{vs}");
+    assert_eq!(ok(&d, &["cat", wal, "--version", "1"]), "# WAL\nThe write-ahead log uses group commit.\n");
+    let back = t.path().join("restored.md");
+    ok(&d, &["restore", wal, "--version", "1", "--to", back.to_str().unwrap()]);
+    assert_eq!(fs::read_to_string(&back).unwrap(), "# WAL\nThe write-ahead log uses group commit.\n");
+    ok(&d, &["restore", wal, "--version", "1"]);
+    assert!(fs::read_to_string(wal).unwrap().contains("group commit"));
+    assert!(ok(&d, &["search", "rewritten"]).contains("wal.md"), "current version is indexed");
+
+    // Tags and metadata (bulk by filter), listing.
+    ok(&d, &["tag", wal, "--tag", "log"]);
+    assert_eq!(ok(&d, &["ls", "--tag", "log"]).lines().count(), 1);
+    ok(&d, &["untag", wal, "--tag", "log"]);
+    assert_eq!(ok(&d, &["ls", "--tag", "log"]), "");
+    assert!(ok(&d, &["meta", "set", "--where-tag", "notes", "--set", "stage=draft"]).contains("3 documents"));
+    assert_eq!(ok(&d, &["meta", "get", cache, "stage"]), "draft\n");
+    assert_eq!(ok(&d, &["ls", "--meta", "stage=draft", "--path-glob", "*.bin"]).lines().count(), 1);
+    let (success, _, err) = cairn(&d, &["ls", "--since", "yesterday"]);
+    assert!(!success && err.contains("YYYY-MM-DD"), "{err}");
+
+    // stdin, get, rm.
+    assert!(
+        run_stdin(&d, &["add", "-", "--name", "agent/note-1", "--tag", "agent"], b"remember the milk")
+            .contains("added 1")
+    );
+    assert!(ok(&d, &["get", "agent/note-1"]).contains("tags:     agent"));
+    assert!(ok(&d, &["search", "milk"]).contains("agent/note-1"));
+    ok(&d, &["rm", "agent/note-1"]);
+    assert!(ok(&d, &["search", "milk"]).contains("0 of 0"));
+    let (success, _, err) = cairn(&d, &["get", "agent/note-1"]);
+    assert!(!success && err.contains("no document"), "{err}");
+
+    // The index can be rebuilt; searches still work.
+    assert!(ok(&d, &["reindex"]).contains("indexed 2 documents"));
+    assert!(ok(&d, &["search", "handle"]).contains("cache.rs"));
+}
