@@ -9,6 +9,7 @@
 mod engine;
 mod engines;
 mod generator;
+mod ir;
 mod measure;
 mod report;
 mod runner;
@@ -40,6 +41,9 @@ enum Cmd {
     /// Runs one engine on one stream and prints one JSON line (used by `ycsb`).
     #[command(hide = true)]
     YcsbRunOne(RunOneArgs),
+    /// Retrieval quality (nDCG@10, Recall@100, MRR@10) of the document memory on a BEIR-format
+    /// collection.
+    Ir(ir::IrArgs),
     /// Prints the table again from a `results.jsonl` written by `ycsb`.
     YcsbReport {
         /// The raw results (one JSON line per run).
@@ -115,6 +119,7 @@ fn main() -> ExitCode {
         Cmd::Ycsb(a) => ycsb(a),
         Cmd::YcsbRunOne(a) => run_one(a),
         Cmd::YcsbReport { file } => report_file(&file),
+        Cmd::Ir(a) => ir::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
