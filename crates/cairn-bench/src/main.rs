@@ -8,6 +8,7 @@
 
 mod engine;
 mod engines;
+mod docs_bench;
 mod generator;
 mod ir;
 mod measure;
@@ -41,6 +42,9 @@ enum Cmd {
     /// Runs one engine on one stream and prints one JSON line (used by `ycsb`).
     #[command(hide = true)]
     YcsbRunOne(RunOneArgs),
+    /// The document-memory benchmarks (YAMS set, search and grep on a source tree) against
+    /// SQLite FTS5 and ripgrep.
+    Docs(docs_bench::DocsArgs),
     /// Retrieval quality (nDCG@10, Recall@100, MRR@10) of the document memory on a BEIR-format
     /// collection.
     Ir(ir::IrArgs),
@@ -120,6 +124,7 @@ fn main() -> ExitCode {
         Cmd::YcsbRunOne(a) => run_one(a),
         Cmd::YcsbReport { file } => report_file(&file),
         Cmd::Ir(a) => ir::run(a),
+        Cmd::Docs(a) => docs_bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -574,6 +574,9 @@ fn add(
         }
     }
     flush(&mut window, &mut results)?;
+    // Searchable once this returns: the index commit is part of the work timed.
+    bar.set_message("indexing");
+    m.commit()?;
     bar.finish_and_clear();
     let secs = t.elapsed().as_secs_f64();
     let count = |s: AddStatus| results.iter().filter(|a| a.status == s).count();

@@ -1,12 +1,16 @@
-//! The code-aware tokenizer: words are maximal runs of letters, digits and `_`; a word made of
+//! The code-aware analyzer: words are maximal runs of letters, digits and `_`; a word made of
 //! parts (`snake_case`, `camelCase`, `HTTPServer`) is emitted whole *and* as its parts, the parts
 //! at consecutive positions starting at the whole word's position, so `parse_query` matches the
-//! query `parse_query`, `parse`, `query` and the phrase `"parse query"`. Lowercasing and
-//! stemming are separate filters (see [`analyzer`]).
+//! query `parse_query`, `parse`, `query` and the phrase `"parse query"`. Tokens longer than
+//! [`MAX_WORD`] bytes are dropped; the rest are lowercased and stemmed (English, Porter2) in the
+//! same pass, with a per-analyzer cache of stems (source code repeats its words a lot, and
+//! stemming was the largest cost of indexing).
 
-use tantivy::tokenizer::{
-    Language, LowerCaser, RemoveLongFilter, Stemmer, TextAnalyzer, Token, TokenStream, Tokenizer,
-};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rust_stemmers::{Algorithm, Stemmer};
+use tantivy::tokenizer::{TextAnalyzer, Token, TokenStream, Tokenizer};
 
 /// Name the analyzer is registered under in the index.
 pub const ANALYZER: &str = "cairn_code";
@@ -14,25 +18,39 @@ pub const ANALYZER: &str = "cairn_code";
 /// Words longer than this (bytes) are not indexed (hashes, base64, minified code).
 pub const MAX_WORD: usize = 64;
 
-/// The analyzer used for every text field: code-aware split, long-word removal, lowercase,
-/// English (Porter2) stemming.
+/// Stems cached per analyzer before the cache is emptied.
+const STEM_CACHE: usize = 100_000;
+
+/// The analyzer used for every text field.
 pub fn analyzer() -> TextAnalyzer {
-    TextAnalyzer::builder(CodeTokenizer::default())
-        .filter(RemoveLongFilter::limit(MAX_WORD + 1))
-        .filter(LowerCaser)
-        .filter(Stemmer::new(Language::English))
-        .build()
+    TextAnalyzer::from(CodeTokenizer::default())
 }
 
-/// Splits text into words and word parts (see the module docs).
-#[derive(Clone, Default)]
+/// Splits, lowercases and stems text (see the module docs).
+#[derive(Clone)]
 pub struct CodeTokenizer {
     tokens: Vec<Token>,
+    len: usize,
+    stemmer: Arc<Stemmer>,
+    stems: HashMap<String, String>,
+    lower: String,
+}
+
+impl Default for CodeTokenizer {
+    fn default() -> Self {
+        CodeTokenizer {
+            tokens: Vec::new(),
+            len: 0,
+            stemmer: Arc::new(Stemmer::create(Algorithm::English)),
+            stems: HashMap::new(),
+            lower: String::new(),
+        }
+    }
 }
 
 /// The tokens of one text, computed up front.
 pub struct CodeTokenStream<'a> {
-    tokens: &'a mut Vec<Token>,
+    tokens: &'a mut [Token],
     next: usize,
 }
 
@@ -40,9 +58,48 @@ impl Tokenizer for CodeTokenizer {
     type TokenStream<'a> = CodeTokenStream<'a>;
 
     fn token_stream<'a>(&'a mut self, text: &'a str) -> CodeTokenStream<'a> {
-        self.tokens.clear();
-        tokenize(text, &mut self.tokens);
-        CodeTokenStream { tokens: &mut self.tokens, next: 0 }
+        self.len = 0;
+        let mut spans = Vec::new();
+        word_spans(text, &mut spans);
+        for (from, to, position) in spans {
+            self.push(text, from, to, position);
+        }
+        CodeTokenStream { tokens: &mut self.tokens[..self.len], next: 0 }
+    }
+}
+
+impl CodeTokenizer {
+    /// Lowercases and stems `t` into the next token slot (reusing its buffer); drops long words.
+    fn push(&mut self, text: &str, from: usize, to: usize, position: usize) {
+        if to - from > MAX_WORD {
+            return;
+        }
+        let word = &text[from..to];
+        self.lower.clear();
+        if word.is_ascii() {
+            self.lower.extend(word.chars().map(|c| c.to_ascii_lowercase()));
+        } else {
+            self.lower.extend(word.chars().flat_map(char::to_lowercase));
+        }
+        if !self.stems.contains_key(&self.lower) {
+            if self.stems.len() >= STEM_CACHE {
+                self.stems.clear();
+            }
+            let stem = self.stemmer.stem(&self.lower).into_owned();
+            self.stems.insert(self.lower.clone(), stem);
+        }
+        let stem = &self.stems[&self.lower];
+        if self.len == self.tokens.len() {
+            self.tokens.push(Token::default());
+        }
+        let slot = &mut self.tokens[self.len];
+        slot.text.clear();
+        slot.text.push_str(stem);
+        slot.offset_from = from;
+        slot.offset_to = to;
+        slot.position = position;
+        slot.position_length = 1;
+        self.len += 1;
     }
 }
 
@@ -65,8 +122,21 @@ fn is_word_char(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// Appends the tokens of `text` to `out`.
+/// Appends the raw (not lowercased, not stemmed) tokens of `text` to `out`.
 pub fn tokenize(text: &str, out: &mut Vec<Token>) {
+    let mut spans = Vec::new();
+    word_spans(text, &mut spans);
+    out.extend(spans.into_iter().map(|(from, to, position)| Token {
+        offset_from: from,
+        offset_to: to,
+        position,
+        text: text[from..to].to_string(),
+        position_length: 1,
+    }));
+}
+
+/// Appends `(from, to, position)` of every raw token of `text` to `out`.
+fn word_spans(text: &str, out: &mut Vec<(usize, usize, usize)>) {
     let mut position = 0usize;
     let mut chars = text.char_indices().peekable();
     while let Some(&(start, c)) = chars.peek() {
@@ -86,20 +156,21 @@ pub fn tokenize(text: &str, out: &mut Vec<Token>) {
     }
 }
 
-fn token(text: &str, from: usize, to: usize, position: usize) -> Token {
-    Token { offset_from: from, offset_to: to, position, text: text[from..to].to_string(), position_length: 1 }
-}
-
 /// Emits the word `text[start..end]` and its parts; returns the positions it used.
-fn emit_word(text: &str, start: usize, end: usize, position: usize, out: &mut Vec<Token>) -> usize {
+fn emit_word(text: &str, start: usize, end: usize, position: usize, out: &mut Vec<(usize, usize, usize)>) -> usize {
     let word = &text[start..end];
+    // Fast path: a plain lowercase word or number is its own single part.
+    if word.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()) {
+        out.push((start, end, position));
+        return 1;
+    }
     let parts = split_parts(word);
     let whole_is_part = parts.len() == 1 && parts[0] == (0, word.len());
     if !word.trim_matches('_').is_empty() && !whole_is_part {
-        out.push(token(text, start, end, position));
+        out.push((start, end, position));
     }
     for (i, &(a, b)) in parts.iter().enumerate() {
-        out.push(token(text, start + a, start + b, position + i));
+        out.push((start + a, start + b, position + i));
     }
     parts.len().max(1)
 }
