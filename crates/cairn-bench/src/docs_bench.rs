@@ -315,7 +315,10 @@ pub fn run(a: DocsArgs) -> Result<()> {
             }
         }
     }
-    println!("## YAMS set: {} small, {} medium, {} single updates, {} x 500 bulk; {} repetitions, durable writes", a.small, a.medium, a.updates, a.bulk, a.repeat);
+    println!(
+        "## YAMS set: {} small, {} medium, {} single updates, {} x 500 bulk; {} repetitions, durable writes",
+        a.small, a.medium, a.updates, a.bulk, a.repeat
+    );
     println!("| benchmark | cairn | SQLite (WAL, FTS5) | cairn / SQLite |");
     println!("| --- | ---: | ---: | ---: |");
     for (row, by) in &mut rows {
@@ -389,7 +392,11 @@ fn tree_bench(a: &DocsArgs, tree: &Path) -> Result<()> {
         let _ = Command::new("rg").args(["-c", "--no-ignore", "--hidden", p]).arg(tree).output();
         for _ in 0..a.query_repeat.min(3) {
             let t = Instant::now();
-            let o = Command::new("rg").args(["-c", "--no-ignore", "--hidden", p]).arg(tree).output().context("running rg")?;
+            let o = Command::new("rg")
+                .args(["-c", "--no-ignore", "--hidden", p])
+                .arg(tree)
+                .output()
+                .context("running rg")?;
             if !o.status.success() {
                 bail!("rg {p} failed");
             }

@@ -6,9 +6,9 @@
 //! Badger) on a fresh directory, so every engine is measured in its own process; it collects one
 //! JSON line per run and prints medians and cairn/peer ratios.
 
+mod docs_bench;
 mod engine;
 mod engines;
-mod docs_bench;
 mod generator;
 mod ir;
 mod measure;

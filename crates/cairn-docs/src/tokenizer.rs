@@ -6,10 +6,10 @@
 //! same pass, with a per-analyzer cache of stems (source code repeats its words a lot, and
 //! stemming was the largest cost of indexing).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use rust_stemmers::{Algorithm, Stemmer};
+use rustc_hash::FxHashMap;
 use tantivy::tokenizer::{TextAnalyzer, Token, TokenStream, Tokenizer};
 
 /// Name the analyzer is registered under in the index.
@@ -32,7 +32,7 @@ pub struct CodeTokenizer {
     tokens: Vec<Token>,
     len: usize,
     stemmer: Arc<Stemmer>,
-    stems: HashMap<String, String>,
+    stems: FxHashMap<String, String>,
     lower: String,
 }
 
@@ -42,7 +42,7 @@ impl Default for CodeTokenizer {
             tokens: Vec::new(),
             len: 0,
             stemmer: Arc::new(Stemmer::create(Algorithm::English)),
-            stems: HashMap::new(),
+            stems: FxHashMap::default(),
             lower: String::new(),
         }
     }
@@ -77,7 +77,8 @@ impl CodeTokenizer {
         let word = &text[from..to];
         self.lower.clear();
         if word.is_ascii() {
-            self.lower.extend(word.chars().map(|c| c.to_ascii_lowercase()));
+            self.lower.push_str(word);
+            self.lower.make_ascii_lowercase();
         } else {
             self.lower.extend(word.chars().flat_map(char::to_lowercase));
         }
