@@ -488,8 +488,9 @@ fn restore(m: &Memory, path: &str, version: Option<u32>, dest: &Path) -> Result<
     res
 }
 
-/// Files to add: every argument, directories walked when recursive.
-fn collect(paths: &[PathBuf], recursive: bool, data: &Path) -> Result<Vec<PathBuf>> {
+/// Files to add: every argument, directories walked when recursive. What a walk cannot read is
+/// reported in `skipped` (and on stderr) rather than stopping the add.
+fn collect(paths: &[PathBuf], recursive: bool, data: &Path, skipped: &mut Vec<String>) -> Result<Vec<PathBuf>> {
     let data_abs = absolute(data);
     let mut files = Vec::new();
     for p in paths {
@@ -502,7 +503,14 @@ fn collect(paths: &[PathBuf], recursive: bool, data: &Path) -> Result<Vec<PathBu
             }
             let walk = ignore::WalkBuilder::new(p).build();
             for e in walk {
-                let e = e?;
+                let e = match e {
+                    Ok(e) => e,
+                    Err(err) => {
+                        eprintln!("cairn: skipping: {err}");
+                        skipped.push(err.to_string());
+                        continue;
+                    }
+                };
                 if e.file_type().is_some_and(|t| t.is_file()) {
                     let abs = absolute(e.path());
                     if !abs.starts_with(&data_abs) {
@@ -536,7 +544,8 @@ fn add(
         bail!("--name names stdin content; give `-` as the path");
     }
     let owned: Vec<PathBuf> = paths.into_iter().cloned().collect();
-    let files = collect(&owned, recursive, data)?;
+    let mut skipped = Vec::new();
+    let files = collect(&owned, recursive, data, &mut skipped)?;
     let bar = ProgressBar::new(files.len() as u64);
     bar.set_style(
         ProgressStyle::with_template("{spinner} {pos}/{len} files [{elapsed_precise}] {msg}")
@@ -555,17 +564,28 @@ fn add(
     };
     for f in &files {
         let path = f.to_string_lossy().into_owned();
-        let size = std::fs::metadata(f).with_context(|| format!("{}", f.display()))?.len();
+        let opened = std::fs::File::open(f).and_then(|h| Ok((h.metadata()?.len(), h)));
+        let (size, mut file) = match opened {
+            Ok(x) => x,
+            Err(e) => {
+                bar.suspend(|| eprintln!("cairn: skipping {}: {e}", f.display()));
+                skipped.push(format!("{}: {e}", f.display()));
+                bar.inc(1);
+                continue;
+            }
+        };
         if size > cairn_docs::MAX_INDEXED {
-            let file = std::fs::File::open(f).with_context(|| format!("{}", f.display()))?;
             results.push(m.add_reader(&path, file, &opts)?);
             bar.inc(1);
             continue;
         }
         let mut content = Vec::with_capacity(size as usize);
-        std::fs::File::open(f)
-            .and_then(|mut h| h.read_to_end(&mut content))
-            .with_context(|| format!("reading {}", f.display()))?;
+        if let Err(e) = file.read_to_end(&mut content) {
+            bar.suspend(|| eprintln!("cairn: skipping {}: {e}", f.display()));
+            skipped.push(format!("{}: {e}", f.display()));
+            bar.inc(1);
+            continue;
+        }
         window_bytes += content.len() as u64;
         window.push(NewDoc { path, content });
         if window.len() >= 2000 || window_bytes >= 64 << 20 {
@@ -606,6 +626,10 @@ fn add(
             secs,
             results.len() as f64 / secs.max(1e-9)
         )?;
+    }
+    if !skipped.is_empty() {
+        // Everything readable is added (and durable); the exit status still says some was not.
+        bail!("{} paths could not be read (listed above)", skipped.len());
     }
     Ok(())
 }

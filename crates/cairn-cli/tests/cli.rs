@@ -187,3 +187,40 @@ fn document_memory_end_to_end() {
     assert!(ok(&d, &["reindex"]).contains("indexed 2 documents"));
     assert!(ok(&d, &["search", "handle"]).contains("cache.rs"));
 }
+
+#[test]
+fn add_skips_unreadable_files_and_says_so() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("ok.txt"), "readable words").unwrap();
+    let locked = src.join("locked.txt");
+    fs::write(&locked, "secret").unwrap();
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
+    let d = t.path().join("data");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    cmd.arg("--dir").arg(&d).args(["add", "-r"]).arg(&src);
+    if fs::read(&locked).is_ok() {
+        // Root reads anything: run the tool as `nobody`, in directories it may use.
+        for p in [t.path(), &src] {
+            fs::set_permissions(p, fs::Permissions::from_mode(0o777)).unwrap();
+        }
+        fs::set_permissions(src.join("ok.txt"), fs::Permissions::from_mode(0o644)).unwrap();
+        cmd.uid(65534).gid(65534);
+    }
+    let out = cmd.output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!out.status.success(), "the exit status reports the unreadable file: {stdout} {stderr}");
+    assert!(stdout.contains("added 1 documents"), "{stdout} {stderr}");
+    assert!(stderr.contains("locked.txt") && stderr.contains("1 paths could not be read"), "{stderr}");
+    // What was readable is stored and searchable (read back as the same user).
+    let mut search = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    search.arg("--dir").arg(&d).args(["search", "readable"]);
+    if fs::read(&locked).is_ok() {
+        search.uid(65534).gid(65534);
+    }
+    let found = search.output().unwrap();
+    assert!(String::from_utf8_lossy(&found.stdout).contains("ok.txt"));
+}

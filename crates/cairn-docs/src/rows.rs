@@ -71,14 +71,16 @@ pub struct VersionRecord {
     pub added: i64,
 }
 
-pub(crate) fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+/// Encodes a record: the format byte, then JSON.
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
     let mut b = vec![FORMAT];
     // Serializing these plain structs to a Vec cannot fail.
     serde_json::to_writer(&mut b, v).expect("record serializes");
     b
 }
 
-pub(crate) fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], b: &[u8]) -> Result<T> {
+/// Decodes a record stored under `key` (named in errors).
+pub fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], b: &[u8]) -> Result<T> {
     let corrupt = |msg: String| Error::Corrupt { key: String::from_utf8_lossy(key).escape_debug().to_string(), msg };
     match b.split_first() {
         Some((&FORMAT, rest)) => serde_json::from_slice(rest).map_err(|e| corrupt(e.to_string())),
