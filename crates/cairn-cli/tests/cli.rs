@@ -200,25 +200,44 @@ fn add_skips_unreadable_files_and_says_so() {
     fs::write(&locked, "secret").unwrap();
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
     let d = t.path().join("data");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_cairn"));
-    cmd.arg("--dir").arg(&d).args(["add", "-r"]).arg(&src);
-    if fs::read(&locked).is_ok() {
-        // Root reads anything: run the tool as `nobody`, in directories it may use.
+    let as_root = fs::read(&locked).is_ok();
+    let mut bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_cairn"));
+    if as_root {
+        // Root reads anything: run the tool as `nobody`, in directories it may use, from a
+        // copy of the binary it can reach (the build directory may sit under a 0700 parent).
         for p in [t.path(), &src] {
             fs::set_permissions(p, fs::Permissions::from_mode(0o777)).unwrap();
         }
         fs::set_permissions(src.join("ok.txt"), fs::Permissions::from_mode(0o644)).unwrap();
+        let copy = t.path().join("cairn");
+        fs::copy(&bin, &copy).unwrap();
+        fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+        bin = copy;
+    }
+    let mut cmd = Command::new(&bin);
+    cmd.arg("--dir").arg(&d).args(["add", "-r"]).arg(&src);
+    if as_root {
         cmd.uid(65534).gid(65534);
     }
-    let out = cmd.output().unwrap();
+    // A test thread forking while the copy was open for writing can briefly hold the file
+    // open in its child (ETXTBSY until that child execs); retry.
+    let out = (0..50)
+        .find_map(|_| match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(26) => {
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                None
+            }
+            r => Some(r.unwrap()),
+        })
+        .expect("binary stayed busy");
     let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success(), "the exit status reports the unreadable file: {stdout} {stderr}");
     assert!(stdout.contains("added 1 documents"), "{stdout} {stderr}");
     assert!(stderr.contains("locked.txt") && stderr.contains("1 paths could not be read"), "{stderr}");
     // What was readable is stored and searchable (read back as the same user).
-    let mut search = Command::new(env!("CARGO_BIN_EXE_cairn"));
+    let mut search = Command::new(&bin);
     search.arg("--dir").arg(&d).args(["search", "readable"]);
-    if fs::read(&locked).is_ok() {
+    if as_root {
         search.uid(65534).gid(65534);
     }
     let found = search.output().unwrap();
