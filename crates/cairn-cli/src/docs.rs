@@ -1,8 +1,10 @@
 //! The document memory commands: `add`, `versions`, `get`, `cat`, `restore`, `ls`, `rm`, `tag`,
 //! `untag`, `meta`, `search`, `grep`, `reindex`.
 
-use std::io::{IsTerminal, Read, Write};
-use std::path::{Component, Path, PathBuf};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::ctx::Ctx;
 
 use anyhow::{Context, Result, bail};
 use cairn_docs::{
@@ -232,53 +234,35 @@ fn parse_when(s: &str) -> std::result::Result<i64, String> {
     parse_time(s).map_err(|e| e.to_string())
 }
 
-/// The absolute form of `p` without `.` and `..` (lexically; symlinks are not resolved).
-pub fn absolute(p: &Path) -> PathBuf {
-    let base = if p.is_absolute() { PathBuf::new() } else { std::env::current_dir().unwrap_or_default() };
-    let mut out = PathBuf::new();
-    for c in base.join(p).components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The stored path an argument names: itself if a document has it, else its absolute form.
-fn resolve(m: &Memory, arg: &str) -> Result<String> {
+fn resolve(m: &Memory, ctx: &Ctx, arg: &str) -> Result<String> {
     if m.doc_by_path(arg)?.is_some() {
         return Ok(arg.to_string());
     }
-    let abs = absolute(Path::new(arg)).to_string_lossy().into_owned();
+    let abs = ctx.abs(Path::new(arg)).to_string_lossy().into_owned();
     if m.doc_by_path(&abs)?.is_some() {
         return Ok(abs);
     }
     bail!("no document {arg}")
 }
 
-fn resolve_all(m: &Memory, args: &[String]) -> Result<Vec<String>> {
-    args.iter().map(|a| resolve(m, a)).collect()
+fn resolve_all(m: &Memory, ctx: &Ctx, args: &[String]) -> Result<Vec<String>> {
+    args.iter().map(|a| resolve(m, ctx, a)).collect()
 }
 
 /// Runs a document command.
-pub fn run(data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> Result<()> {
-    let m = Memory::open(data).with_context(|| format!("opening {}", data.display()))?;
-    let r = dispatch(&m, data, cmd, out);
-    m.close()?;
-    r
+pub fn run(ctx: &mut Ctx, cmd: DocsCommand, out: &mut dyn Write) -> Result<()> {
+    let m = ctx.memory()?;
+    dispatch(&m, ctx, cmd, out)
 }
 
-fn dispatch(m: &Memory, data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> Result<()> {
+fn dispatch(m: &Memory, ctx: &mut Ctx, cmd: DocsCommand, out: &mut dyn Write) -> Result<()> {
     match cmd {
         DocsCommand::Add { paths, recursive, tags, meta, name, json } => {
-            add(m, data, &paths, recursive, AddOptions { tags, meta }, name, json, out)
+            add(m, ctx, &paths, recursive, AddOptions { tags, meta }, name, json, out)
         }
         DocsCommand::Versions { path, json } => {
-            let path = resolve(m, &path)?;
+            let path = resolve(m, ctx, &path)?;
             for v in m.versions(&path)? {
                 if json {
                     writeln!(out, "{}", serde_json::to_string(&v)?)?;
@@ -297,7 +281,7 @@ fn dispatch(m: &Memory, data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> R
             Ok(())
         }
         DocsCommand::Get { path, version, json } => {
-            let path = resolve(m, &path)?;
+            let path = resolve(m, ctx, &path)?;
             let doc = m.get(&path)?;
             let v = match version {
                 Some(n) => m.versions(&path)?.into_iter().find(|v| v.version == n),
@@ -323,14 +307,14 @@ fn dispatch(m: &Memory, data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> R
             Ok(())
         }
         DocsCommand::Cat { path, version } => {
-            let path = resolve(m, &path)?;
+            let path = resolve(m, ctx, &path)?;
             let mut r = m.reader(&path, version)?;
             std::io::copy(&mut r, out)?;
             Ok(())
         }
         DocsCommand::Restore { path, version, to } => {
-            let path = resolve(m, &path)?;
-            let dest = to.unwrap_or_else(|| PathBuf::from(&path));
+            let path = resolve(m, ctx, &path)?;
+            let dest = ctx.abs(&to.unwrap_or_else(|| PathBuf::from(&path)));
             restore(m, &path, version, &dest)?;
             writeln!(
                 out,
@@ -361,19 +345,19 @@ fn dispatch(m: &Memory, data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> R
             Ok(())
         }
         DocsCommand::Rm { paths } => {
-            let paths = resolve_all(m, &paths)?;
+            let paths = resolve_all(m, ctx, &paths)?;
             m.remove(&paths)?;
             writeln!(out, "removed {} documents", paths.len())?;
             Ok(())
         }
         DocsCommand::Tag { paths, tags } => {
-            let paths = resolve_all(m, &paths)?;
+            let paths = resolve_all(m, ctx, &paths)?;
             m.tag(&paths, &tags, &[])?;
             writeln!(out, "tagged {} documents", paths.len())?;
             Ok(())
         }
         DocsCommand::Untag { paths, tags } => {
-            let paths = resolve_all(m, &paths)?;
+            let paths = resolve_all(m, ctx, &paths)?;
             m.tag(&paths, &[], &tags)?;
             writeln!(out, "untagged {} documents", paths.len())?;
             Ok(())
@@ -382,7 +366,7 @@ fn dispatch(m: &Memory, data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> R
             if set.is_empty() && unset.is_empty() {
                 bail!("nothing to do: give --set K=V or --unset K");
             }
-            let mut targets = resolve_all(m, &paths)?;
+            let mut targets = resolve_all(m, ctx, &paths)?;
             if !where_tags.is_empty() || where_path.is_some() {
                 let f = Filter { tags: where_tags, path_glob: where_path, ..Default::default() };
                 targets.extend(m.list(&f)?.into_iter().map(|d| d.path));
@@ -395,7 +379,7 @@ fn dispatch(m: &Memory, data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> R
             Ok(())
         }
         DocsCommand::Meta(MetaCommand::Get { path, key, json }) => {
-            let doc = m.get(&resolve(m, &path)?)?;
+            let doc = m.get(&resolve(m, ctx, &path)?)?;
             match key {
                 Some(k) => match doc.meta.get(&k) {
                     Some(v) if json => writeln!(out, "{}", json!({ k: v }))?,
@@ -419,7 +403,7 @@ fn dispatch(m: &Memory, data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> R
                 mode: if words { QueryMode::Words } else { QueryMode::Syntax },
                 snippets: !no_snippets,
             };
-            search(m, &query, &opts, json, out)
+            search(m, ctx, &query, &opts, json, out)
         }
         DocsCommand::Grep {
             pattern,
@@ -440,7 +424,7 @@ fn dispatch(m: &Memory, data: &Path, cmd: DocsCommand, out: &mut dyn Write) -> R
                 filter: filter.filter(),
                 max_files: None,
             };
-            grep(m, &opts, files_with_matches, json, out)
+            grep(m, ctx, &opts, files_with_matches, json, out)
         }
         DocsCommand::Reindex => {
             let t = std::time::Instant::now();
@@ -490,29 +474,30 @@ fn restore(m: &Memory, path: &str, version: Option<u32>, dest: &Path) -> Result<
 
 /// Files to add: every argument, directories walked when recursive. What a walk cannot read is
 /// reported in `skipped` (and on stderr) rather than stopping the add.
-fn collect(paths: &[PathBuf], recursive: bool, data: &Path, skipped: &mut Vec<String>) -> Result<Vec<PathBuf>> {
-    let data_abs = absolute(data);
+fn collect(ctx: &mut Ctx, paths: &[PathBuf], recursive: bool, skipped: &mut Vec<String>) -> Result<Vec<PathBuf>> {
+    let data_abs = ctx.abs(&ctx.data);
     let mut files = Vec::new();
-    for p in paths {
-        let meta = std::fs::metadata(p).with_context(|| format!("{}", p.display()))?;
+    for arg in paths {
+        let p = &ctx.abs(arg);
+        let meta = std::fs::metadata(p).with_context(|| format!("{}", arg.display()))?;
         if meta.is_file() {
-            files.push(absolute(p));
+            files.push(p.clone());
         } else if meta.is_dir() {
             if !recursive {
-                bail!("{} is a directory (use --recursive)", p.display());
+                bail!("{} is a directory (use --recursive)", arg.display());
             }
             let walk = ignore::WalkBuilder::new(p).build();
             for e in walk {
                 let e = match e {
                     Ok(e) => e,
                     Err(err) => {
-                        eprintln!("cairn: skipping: {err}");
+                        writeln!(ctx.err, "cairn: skipping: {err}")?;
                         skipped.push(err.to_string());
                         continue;
                     }
                 };
                 if e.file_type().is_some_and(|t| t.is_file()) {
-                    let abs = absolute(e.path());
+                    let abs = ctx.abs(e.path());
                     if !abs.starts_with(&data_abs) {
                         files.push(abs);
                     }
@@ -526,7 +511,7 @@ fn collect(paths: &[PathBuf], recursive: bool, data: &Path, skipped: &mut Vec<St
 #[allow(clippy::too_many_arguments)]
 fn add(
     m: &Memory,
-    data: &Path,
+    ctx: &mut Ctx,
     paths: &[PathBuf],
     recursive: bool,
     opts: AddOptions,
@@ -539,14 +524,14 @@ fn add(
     let (stdin, paths): (Vec<&PathBuf>, Vec<&PathBuf>) = paths.iter().partition(|p| p.as_os_str() == "-");
     if !stdin.is_empty() {
         let name = name.unwrap_or_else(|| "stdin".to_string());
-        results.push(m.add_reader(&name, std::io::stdin().lock(), &opts)?);
+        results.push(m.add_reader(&name, &mut ctx.input, &opts)?);
     } else if name.is_some() {
         bail!("--name names stdin content; give `-` as the path");
     }
     let owned: Vec<PathBuf> = paths.into_iter().cloned().collect();
     let mut skipped = Vec::new();
-    let files = collect(&owned, recursive, data, &mut skipped)?;
-    let bar = ProgressBar::new(files.len() as u64);
+    let files = collect(ctx, &owned, recursive, &mut skipped)?;
+    let bar = if ctx.progress { ProgressBar::new(files.len() as u64) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} {pos}/{len} files [{elapsed_precise}] {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -568,7 +553,7 @@ fn add(
         let (size, mut file) = match opened {
             Ok(x) => x,
             Err(e) => {
-                bar.suspend(|| eprintln!("cairn: skipping {}: {e}", f.display()));
+                bar.suspend(|| writeln!(ctx.err, "cairn: skipping {}: {e}", f.display()))?;
                 skipped.push(format!("{}: {e}", f.display()));
                 bar.inc(1);
                 continue;
@@ -581,7 +566,7 @@ fn add(
         }
         let mut content = Vec::with_capacity(size as usize);
         if let Err(e) = file.read_to_end(&mut content) {
-            bar.suspend(|| eprintln!("cairn: skipping {}: {e}", f.display()));
+            bar.suspend(|| writeln!(ctx.err, "cairn: skipping {}: {e}", f.display()))?;
             skipped.push(format!("{}: {e}", f.display()));
             bar.inc(1);
             continue;
@@ -634,14 +619,14 @@ fn add(
     Ok(())
 }
 
-fn search(m: &Memory, query: &str, opts: &SearchOptions, json: bool, out: &mut dyn Write) -> Result<()> {
+fn search(m: &Memory, ctx: &mut Ctx, query: &str, opts: &SearchOptions, json: bool, out: &mut dyn Write) -> Result<()> {
     let t = std::time::Instant::now();
     let r = m.search(query, opts)?;
     let ms = t.elapsed().as_secs_f64() * 1e3;
     for w in &r.warnings {
-        eprintln!("cairn: query: {w} (searched leniently)");
+        writeln!(ctx.err, "cairn: query: {w} (searched leniently)")?;
     }
-    let color = !json && std::io::stdout().is_terminal();
+    let color = !json && ctx.tty;
     for (i, h) in r.hits.iter().enumerate() {
         if json {
             let snippet = h.snippet.as_ref().map(|s| {
@@ -700,8 +685,8 @@ fn highlight(text: &str, ranges: &[std::ops::Range<usize>], color: bool) -> Stri
     s
 }
 
-fn grep(m: &Memory, opts: &GrepOptions, files_only: bool, json: bool, out: &mut dyn Write) -> Result<()> {
-    let color = !json && std::io::stdout().is_terminal();
+fn grep(m: &Memory, ctx: &Ctx, opts: &GrepOptions, files_only: bool, json: bool, out: &mut dyn Write) -> Result<()> {
+    let color = !json && ctx.tty;
     let mut first = true;
     let stats = m.grep(opts, |f| {
         let res = (|| -> std::io::Result<()> {

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use cairn_kv::{Db, Options, WriteBatch, WriteOptions};
+use cairn_kv::{Db, WriteBatch, WriteOptions};
+
+use crate::ctx::Ctx;
 use clap::Subcommand;
 use serde_json::json;
 
@@ -97,23 +99,18 @@ pub enum KvCommand {
     Verify,
 }
 
-fn open(dir: &Path) -> Result<Db> {
-    let path = dir.join("kv");
-    Db::open(&path, Options::default()).with_context(|| format!("opening {}", path.display()))
-}
-
 fn printable(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 /// Runs one `kv` subcommand.
-pub fn run(dir: &Path, cmd: KvCommand, out: &mut dyn Write) -> Result<()> {
-    let db = open(dir)?;
+pub fn run(ctx: &mut Ctx, cmd: KvCommand, out: &mut dyn Write) -> Result<()> {
+    let db = ctx.db()?;
     match cmd {
         KvCommand::Put { key, value, no_sync } => {
             let value = if value == "-" {
                 let mut v = Vec::new();
-                std::io::stdin().read_to_end(&mut v)?;
+                ctx.input.read_to_end(&mut v)?;
                 v
             } else {
                 value.into_bytes()
@@ -157,7 +154,7 @@ pub fn run(dir: &Path, cmd: KvCommand, out: &mut dyn Write) -> Result<()> {
             }
         }
         KvCommand::Load { file, key_field, key_prefix, batch, json } => {
-            load(&db, &file, &key_field, &key_prefix, batch.max(1), json, out)?
+            load(&db, &ctx.abs(&file), &key_field, &key_prefix, batch.max(1), json, out)?
         }
         KvCommand::Stats { json } => print_stats(&db, json, out)?,
         KvCommand::Compact => db.compact_all()?,
@@ -166,7 +163,6 @@ pub fn run(dir: &Path, cmd: KvCommand, out: &mut dyn Write) -> Result<()> {
             writeln!(out, "verified {n} table entries: every block checksum matches")?;
         }
     }
-    db.close()?;
     Ok(())
 }
 

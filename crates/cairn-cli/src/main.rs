@@ -1,29 +1,43 @@
 //! The `cairn` command-line tool. Every command runs embedded on the data directory
-//! (`--dir`, `$CAIRN_DIR`, default `./.cairn`).
+//! (`--dir`, `$CAIRN_DIR`, default `./.cairn`), or in the daemon serving it (`cairn serve`)
+//! when one runs (`--remote` insists on a daemon; `--addr` names one elsewhere).
 
+mod ctx;
 mod docs;
 mod kv;
+mod remote;
+mod serve;
 mod tree;
 
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use ctx::Ctx;
+
 use clap::{Parser, Subcommand};
 
 /// cairn: one embedded storage engine for keys, blobs, trees, documents and records.
 #[derive(Parser, Debug)]
 #[command(name = "cairn", version, about)]
-struct Cli {
+pub(crate) struct Cli {
     /// Data directory. (Its id is not `dir`, so no subcommand argument can shadow it.)
     #[arg(long = "dir", global = true, env = "CAIRN_DIR", default_value = ".cairn", value_name = "DIR")]
     data_dir: PathBuf,
+    /// Run the command in the daemon serving the data directory (fail if none runs). Without
+    /// it, a running daemon is used when its socket answers, else the command runs embedded.
+    #[arg(long, global = true)]
+    remote: bool,
+    /// Run the command in the daemon at this address (a socket path or tcp://HOST:PORT; a TCP
+    /// daemon needs CAIRN_TOKEN).
+    #[arg(long, global = true, env = "CAIRN_ADDR", value_name = "ADDR")]
+    addr: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
 
 #[derive(Subcommand, Debug)]
-enum Command {
+pub(crate) enum Command {
     #[command(flatten)]
     Docs(docs::DocsCommand),
     /// The key-value engine.
@@ -96,37 +110,60 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run the daemon on this data directory: framed IPC on <DIR>/cairn.sock, optionally TCP
+    /// and HTTP/REST (both need a token: CAIRN_TOKEN or `token` in <DIR>/cairn.toml).
+    Serve(serve::ServeArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Serve(args) = cli.command {
+        return report(serve::run(&cli.data_dir, args));
+    }
+    match remote::target(&cli.data_dir, cli.remote, cli.addr.as_deref()) {
+        Ok(Some(client)) => return remote::run(client, &cli.command),
+        Ok(None) => {}
+        Err(e) => return report(Err(e)),
+    }
     let mut out = io::BufWriter::new(io::stdout().lock());
-    let result = match cli.command {
-        Command::Docs(cmd) => docs::run(&cli.data_dir, cmd, &mut out),
-        Command::Kv(cmd) => kv::run(&cli.data_dir, cmd, &mut out),
-        Command::Snapshot { source, name, json } => {
-            tree::snapshot(&cli.data_dir, &source, name.as_deref(), json, &mut out)
-        }
-        Command::Checkout { snapshot, dest, mode, json } => {
-            tree::checkout(&cli.data_dir, &snapshot, &dest, mode, json, &mut out)
-        }
-        Command::Diff { a, b, json } => tree::diff(&cli.data_dir, &a, &b, json, &mut out),
-        Command::Snapshots { json } => tree::list(&cli.data_dir, json, &mut out),
-        Command::RmSnapshot { names } => tree::remove(&cli.data_dir, &names, &mut out),
-        Command::Gc { json } => tree::gc(&cli.data_dir, json, &mut out),
-        Command::Verify { json } => tree::verify(&cli.data_dir, json, &mut out),
-        Command::Du { snapshot, json } => tree::du(&cli.data_dir, snapshot.as_deref(), json, &mut out),
-    };
+    let mut ctx = Ctx::embedded(cli.data_dir);
+    let result = execute(&mut ctx, cli.command, &mut out).and_then(|()| ctx.finish());
     let result = result.and_then(|()| out.flush().map_err(Into::into));
+    report(result)
+}
+
+/// Runs one command (embedded, or inside the daemon for a client).
+pub(crate) fn execute(ctx: &mut Ctx, command: Command, out: &mut dyn Write) -> anyhow::Result<()> {
+    match command {
+        Command::Docs(cmd) => docs::run(ctx, cmd, out),
+        Command::Kv(cmd) => kv::run(ctx, cmd, out),
+        Command::Snapshot { source, name, json } => tree::snapshot(ctx, &source, name.as_deref(), json, out),
+        Command::Checkout { snapshot, dest, mode, json } => tree::checkout(ctx, &snapshot, &dest, mode, json, out),
+        Command::Diff { a, b, json } => tree::diff(ctx, &a, &b, json, out),
+        Command::Snapshots { json } => tree::list(ctx, json, out),
+        Command::RmSnapshot { names } => tree::remove(ctx, &names, out),
+        Command::Gc { json } => tree::gc(ctx, json, out),
+        Command::Verify { json } => tree::verify(ctx, json, out),
+        Command::Du { snapshot, json } => tree::du(ctx, snapshot.as_deref(), json, out),
+        Command::Serve(_) => anyhow::bail!("`serve` cannot run inside a daemon"),
+    }
+}
+
+/// The exit status of a command's result; errors are printed to `err`.
+pub(crate) fn exit_status(result: anyhow::Result<()>, err: &mut dyn Write) -> u8 {
     match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
-        Err(e) if e.downcast_ref::<docs::NoMatch>().is_some() => ExitCode::from(1),
+        Ok(()) => 0,
+        Err(e) if is_broken_pipe(&e) => 0,
+        Err(e) if e.downcast_ref::<docs::NoMatch>().is_some() => 1,
         Err(e) => {
-            eprintln!("cairn: {e:#}");
-            ExitCode::FAILURE
+            let _ = writeln!(err, "cairn: {e:#}");
+            1
         }
     }
+}
+
+fn report(result: anyhow::Result<()>) -> ExitCode {
+    ExitCode::from(exit_status(result, &mut io::stderr()))
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {

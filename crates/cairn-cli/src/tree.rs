@@ -3,30 +3,23 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
-use cairn_cas::{Store, StoreConfig};
-use cairn_kv::{Db, FsStorage, Options};
-use cairn_tree::{Change, CheckoutMode, Trees};
+use anyhow::{Result, bail};
+use cairn_tree::{Change, CheckoutMode};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::json;
 
-/// Opens the engine, blob store and tree layer of a data directory.
-pub fn open(dir: &Path) -> Result<Trees> {
-    let db = Db::open(dir.join("kv"), Options::default()).with_context(|| format!("opening {}", dir.display()))?;
-    let store = Store::open(db.clone(), Arc::new(FsStorage::new()), dir.join("packs"), StoreConfig::default())?;
-    Ok(Trees::new(db, store, dir.join("files")))
-}
+use crate::ctx::Ctx;
 
 fn mib(b: u64) -> f64 {
     b as f64 / (1 << 20) as f64
 }
 
 /// `cairn snapshot DIR [--name N]`.
-pub fn snapshot(data: &Path, src: &Path, name: Option<&str>, json: bool, out: &mut dyn Write) -> Result<()> {
-    let trees = open(data)?;
-    let bar = ProgressBar::new(0);
+pub fn snapshot(ctx: &mut Ctx, src: &Path, name: Option<&str>, json: bool, out: &mut dyn Write) -> Result<()> {
+    let trees = ctx.trees()?;
+    let src = &ctx.abs(src);
+    let bar = if ctx.progress { ProgressBar::new(0) } else { ProgressBar::hidden() };
     bar.set_style(
         ProgressStyle::with_template("{spinner} {pos}/{len} files {msg} [{elapsed_precise}]")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
@@ -37,7 +30,7 @@ pub fn snapshot(data: &Path, src: &Path, name: Option<&str>, json: bool, out: &m
         bar.set_message(format!("{:.1} MiB", mib(p.bytes_done)));
     };
     // Never snapshot the data directory itself (the default ./.cairn sits inside projects).
-    let s = trees.snapshot_excluding(src, name, &[data.to_path_buf()], &progress)?;
+    let s = trees.snapshot_excluding(src, name, &[ctx.abs(&ctx.data)], &progress)?;
     bar.finish_and_clear();
     let rate = s.info.files as f64 / s.seconds.max(1e-9);
     if json {
@@ -82,14 +75,15 @@ pub fn snapshot(data: &Path, src: &Path, name: Option<&str>, json: bool, out: &m
 
 /// `cairn checkout SNAPSHOT DEST [--mode]`.
 pub fn checkout(
-    data: &Path,
+    ctx: &mut Ctx,
     name: &str,
     dest: &Path,
     mode: CheckoutMode,
     json: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let trees = open(data)?;
+    let trees = ctx.trees()?;
+    let dest = &ctx.abs(dest);
     let t = std::time::Instant::now();
     let c = trees.checkout(name, dest, mode)?;
     let secs = t.elapsed().as_secs_f64();
@@ -119,8 +113,8 @@ pub fn checkout(
 }
 
 /// `cairn diff A B`.
-pub fn diff(data: &Path, a: &str, b: &str, json: bool, out: &mut dyn Write) -> Result<()> {
-    let trees = open(data)?;
+pub fn diff(ctx: &mut Ctx, a: &str, b: &str, json: bool, out: &mut dyn Write) -> Result<()> {
+    let trees = ctx.trees()?;
     for c in trees.diff(a, b)? {
         if json {
             let v = match &c {
@@ -143,8 +137,8 @@ pub fn diff(data: &Path, a: &str, b: &str, json: bool, out: &mut dyn Write) -> R
 }
 
 /// `cairn snapshots`.
-pub fn list(data: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
-    let trees = open(data)?;
+pub fn list(ctx: &mut Ctx, json: bool, out: &mut dyn Write) -> Result<()> {
+    let trees = ctx.trees()?;
     for s in trees.snapshots()? {
         if json {
             writeln!(
@@ -161,8 +155,8 @@ pub fn list(data: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
 }
 
 /// `cairn rm-snapshot NAME...`.
-pub fn remove(data: &Path, names: &[String], out: &mut dyn Write) -> Result<()> {
-    let trees = open(data)?;
+pub fn remove(ctx: &mut Ctx, names: &[String], out: &mut dyn Write) -> Result<()> {
+    let trees = ctx.trees()?;
     for n in names {
         trees.remove_snapshot(n)?;
         writeln!(out, "removed snapshot {n} (run `cairn gc` to free its space)")?;
@@ -171,8 +165,8 @@ pub fn remove(data: &Path, names: &[String], out: &mut dyn Write) -> Result<()> 
 }
 
 /// `cairn gc`.
-pub fn gc(data: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
-    let trees = open(data)?;
+pub fn gc(ctx: &mut Ctx, json: bool, out: &mut dyn Write) -> Result<()> {
+    let trees = ctx.trees()?;
     let r = trees.gc()?;
     if json {
         writeln!(
@@ -195,8 +189,8 @@ pub fn gc(data: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
 }
 
 /// `cairn verify`.
-pub fn verify(data: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
-    let trees = open(data)?;
+pub fn verify(ctx: &mut Ctx, json: bool, out: &mut dyn Write) -> Result<()> {
+    let trees = ctx.trees()?;
     let r = trees.verify()?;
     if json {
         let damaged: Vec<_> = r
@@ -257,8 +251,8 @@ pub fn verify(data: &Path, json: bool, out: &mut dyn Write) -> Result<()> {
 }
 
 /// `cairn du [SNAPSHOT]`.
-pub fn du(data: &Path, name: Option<&str>, json: bool, out: &mut dyn Write) -> Result<()> {
-    let trees = open(data)?;
+pub fn du(ctx: &mut Ctx, name: Option<&str>, json: bool, out: &mut dyn Write) -> Result<()> {
+    let trees = ctx.trees()?;
     let d = trees.du(name)?;
     let u = d.usage;
     if json {

@@ -1,0 +1,106 @@
+//! `cairn serve`: the daemon.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use cairn_server::{CliIo, CliRunner, Config, ServeLock, Services, Shutdown};
+use clap::{Args, Parser};
+
+use crate::ctx::{Ctx, open_services};
+use crate::{Cli, execute, exit_status};
+
+/// `cairn serve` options.
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Also serve framed IPC on this TCP address (token required).
+    #[arg(long, value_name = "ADDR")]
+    tcp: Option<SocketAddr>,
+    /// Serve HTTP/REST on this address (token required).
+    #[arg(long, value_name = "ADDR")]
+    http: Option<SocketAddr>,
+    /// Runtime worker threads (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+}
+
+/// The bearer token for TCP and HTTP: `CAIRN_TOKEN`, else `token` in `<dir>/cairn.toml`
+/// (a line `token = "..."`, optionally under `[server]`).
+pub fn token(data: &Path) -> Result<Option<String>> {
+    if let Ok(t) = std::env::var("CAIRN_TOKEN")
+        && !t.is_empty()
+    {
+        return Ok(Some(t));
+    }
+    let path = data.join("cairn.toml");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    for line in text.lines() {
+        let line = line.trim();
+        if let Some(rest) = line.strip_prefix("token")
+            && let Some(v) = rest.trim_start().strip_prefix('=')
+        {
+            let v = v.trim();
+            let v = v
+                .strip_prefix('"')
+                .and_then(|v| v.strip_suffix('"'))
+                .with_context(|| format!("{}: token must be a quoted string", path.display()))?;
+            return Ok(Some(v.to_string()));
+        }
+    }
+    Ok(None)
+}
+
+struct Runner {
+    data: PathBuf,
+    services: Arc<Services>,
+}
+
+impl CliRunner for Runner {
+    fn run(&self, args: Vec<String>, mut io: CliIo) -> u8 {
+        let cli = match Cli::try_parse_from(std::iter::once("cairn".to_string()).chain(args)) {
+            Ok(c) => c,
+            Err(e) => {
+                let text = e.render().to_string();
+                let _ =
+                    if e.use_stderr() { io.err.write_all(text.as_bytes()) } else { io.out.write_all(text.as_bytes()) };
+                return e.exit_code().clamp(0, 255) as u8;
+            }
+        };
+        let (mut ctx, mut out) = Ctx::shared(self.data.clone(), self.services.clone(), io);
+        let result = execute(&mut ctx, cli.command, &mut out).and_then(|()| out.flush().map_err(Into::into));
+        exit_status(result, &mut ctx.err)
+    }
+}
+
+/// Runs the daemon until SIGTERM or SIGINT.
+pub fn run(data: &Path, args: ServeArgs) -> Result<()> {
+    let _lock = ServeLock::acquire(data)?;
+    let services = Arc::new(open_services(data)?);
+    let mut config = Config::new(data);
+    config.tcp = args.tcp;
+    config.http = args.http;
+    config.token = token(data)?;
+    config.workers = args.workers;
+    let runner = Arc::new(Runner { data: data.to_path_buf(), services: services.clone() });
+    let result = cairn_server::serve(config, services.clone(), runner, Shutdown::new(), |c| {
+        let mut msg = format!("cairn: serving {} on {}", data.display(), c.socket.display());
+        if let Some(t) = c.tcp {
+            msg += &format!(", tcp://{t}");
+        }
+        if let Some(h) = c.http {
+            msg += &format!(", http://{h}");
+        }
+        eprintln!("{msg}");
+    });
+    let db = services.db.clone();
+    drop(services);
+    db.close()?;
+    eprintln!("cairn: stopped");
+    result
+}

@@ -1,0 +1,207 @@
+//! A blocking client for the framed IPC (used by `cairn --remote`, tests and benchmarks).
+
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+
+use anyhow::{Context, Result, anyhow, bail};
+use cairn_proto::frame::{self, HEADER_LEN};
+use cairn_proto::{ClientMsg, DEFAULT_MAX_PAYLOAD, FLAG_END, PROTOCOL_VERSION, Request, ServerMsg};
+
+trait Conn: Read + Write + Send {}
+impl<T: Read + Write + Send> Conn for T {}
+
+/// A connection to a daemon. One request at a time per client (open more clients for
+/// concurrency); stream ids increase per request.
+pub struct Client {
+    r: BufReader<Box<dyn Conn>>,
+    w: BufWriter<Box<dyn Conn>>,
+    next_stream: u32,
+    max_payload: u32,
+    /// The server's name and version.
+    pub server: String,
+}
+
+/// Where a daemon listens: a Unix socket path or `tcp://host:port`.
+pub fn connect(addr: &str, token: Option<&str>) -> Result<Client> {
+    if let Some(hostport) = addr.strip_prefix("tcp://") {
+        let s = TcpStream::connect(hostport).with_context(|| format!("connecting to {hostport}"))?;
+        s.set_nodelay(true)?;
+        let r: Box<dyn Conn> = Box::new(s.try_clone()?);
+        Client::handshake(r, Box::new(s), token)
+    } else {
+        connect_unix(Path::new(addr), token)
+    }
+}
+
+/// Connects to a Unix socket.
+pub fn connect_unix(path: &Path, token: Option<&str>) -> Result<Client> {
+    let s = UnixStream::connect(path).with_context(|| format!("connecting to {}", path.display()))?;
+    let r: Box<dyn Conn> = Box::new(s.try_clone()?);
+    Client::handshake(r, Box::new(s), token)
+}
+
+impl Client {
+    fn handshake(r: Box<dyn Conn>, w: Box<dyn Conn>, token: Option<&str>) -> Result<Client> {
+        let mut c = Client {
+            r: BufReader::with_capacity(128 << 10, r),
+            w: BufWriter::with_capacity(64 << 10, w),
+            next_stream: 1,
+            max_payload: DEFAULT_MAX_PAYLOAD,
+            server: String::new(),
+        };
+        let hello = ClientMsg::Hello {
+            min_version: PROTOCOL_VERSION,
+            max_version: PROTOCOL_VERSION,
+            client: format!("cairn {}", env!("CARGO_PKG_VERSION")),
+            token: token.map(str::to_string),
+        };
+        c.send(0, &hello, true)?;
+        c.w.flush()?;
+        match c.recv()?.1 {
+            ServerMsg::Welcome { server, max_payload, .. } => {
+                c.server = server;
+                c.max_payload = max_payload;
+                Ok(c)
+            }
+            ServerMsg::Error { code, message } => bail!("daemon refused the connection ({code:?}): {message}"),
+            other => bail!("unexpected answer to hello: {other:?}"),
+        }
+    }
+
+    fn send(&mut self, stream: u32, m: &ClientMsg, end: bool) -> Result<()> {
+        let mut buf = Vec::new();
+        frame::encode(&mut buf, stream, if end { FLAG_END } else { 0 }, &m.encode());
+        self.w.write_all(&buf)?;
+        Ok(())
+    }
+
+    /// Reads one frame: (is END, message).
+    pub fn recv(&mut self) -> Result<(bool, ServerMsg)> {
+        let mut header = [0u8; HEADER_LEN];
+        self.r.read_exact(&mut header).context("the daemon closed the connection")?;
+        let h = frame::decode_header(&header, DEFAULT_MAX_PAYLOAD.max(self.max_payload))?
+            .ok_or_else(|| anyhow!("short header"))?;
+        let mut payload = vec![0u8; h.len as usize];
+        self.r.read_exact(&mut payload).context("truncated frame from the daemon")?;
+        frame::check_payload(&header, &h, &payload)?;
+        Ok((h.flags & FLAG_END != 0, ServerMsg::decode(&payload)?))
+    }
+
+    /// Starts a request; read its answer with [`Client::recv`] until an END frame.
+    pub fn start(&mut self, req: Request) -> Result<u32> {
+        let stream = self.next_stream;
+        self.next_stream = self.next_stream.wrapping_add(1).max(1);
+        self.send(stream, &ClientMsg::Request(req), true)?;
+        self.w.flush()?;
+        Ok(stream)
+    }
+
+    /// Sends input for a request (`end`: the last chunk).
+    pub fn input(&mut self, stream: u32, chunk: &[u8], end: bool) -> Result<()> {
+        let max = self.max_payload as usize - 16;
+        let mut parts = chunk.chunks(max).peekable();
+        if chunk.is_empty() {
+            return self.send(stream, &ClientMsg::Input(Vec::new()), end).and_then(|()| Ok(self.w.flush()?));
+        }
+        while let Some(p) = parts.next() {
+            self.send(stream, &ClientMsg::Input(p.to_vec()), end && parts.peek().is_none())?;
+        }
+        self.w.flush()?;
+        Ok(())
+    }
+
+    /// Asks the daemon to stop a request (its answer still ends with an END frame).
+    pub fn cancel(&mut self, stream: u32) -> Result<()> {
+        self.send(stream, &ClientMsg::Cancel, true)?;
+        self.w.flush()?;
+        Ok(())
+    }
+
+    /// A unary request: its one answer (an `Error` answer becomes an error).
+    pub fn call(&mut self, req: Request) -> Result<ServerMsg> {
+        self.start(req)?;
+        let (end, m) = self.recv()?;
+        if let ServerMsg::Error { code, message } = m {
+            bail!("{message} ({code:?})");
+        }
+        if !end {
+            bail!("expected one answer frame");
+        }
+        Ok(m)
+    }
+
+    /// A streaming request: every answer up to and including the END frame (an `Error`
+    /// answer becomes an error).
+    pub fn call_stream(&mut self, req: Request, mut each: impl FnMut(ServerMsg) -> Result<()>) -> Result<()> {
+        self.start(req)?;
+        loop {
+            let (end, m) = self.recv()?;
+            if let ServerMsg::Error { code, message } = m {
+                bail!("{message} ({code:?})");
+            }
+            each(m)?;
+            if end {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Runs a `cairn` command line in the daemon, copying its output to `out`/`err` and
+    /// `input` (if any) to its standard input; returns its exit status.
+    pub fn run_cli(
+        &mut self,
+        args: Vec<String>,
+        cwd: &Path,
+        tty: bool,
+        input: Option<&mut dyn Read>,
+        out: &mut dyn Write,
+        err: &mut dyn Write,
+    ) -> Result<u8> {
+        let has_input = input.is_some();
+        let stream =
+            self.start(Request::Cli { args, cwd: cwd.to_string_lossy().into_owned(), input: has_input, tty })?;
+        if let Some(inp) = input {
+            // Input is sent whole before output is read; the daemon reads it as it arrives.
+            let mut buf = vec![0u8; 256 << 10];
+            loop {
+                let n = inp.read(&mut buf)?;
+                self.input(stream, &buf[..n], n == 0)?;
+                if n == 0 {
+                    break;
+                }
+            }
+        }
+        loop {
+            let (end, m) = self.recv()?;
+            match m {
+                ServerMsg::Stdout(b) => {
+                    if let Err(e) = out.write_all(&b) {
+                        if e.kind() == io::ErrorKind::BrokenPipe {
+                            // Our reader left: stop the command, drain to its end.
+                            self.cancel(stream)?;
+                            self.drain()?;
+                        }
+                        return Err(e.into());
+                    }
+                }
+                ServerMsg::Stderr(b) => err.write_all(&b)?,
+                ServerMsg::Exit(code) => return Ok(code),
+                ServerMsg::Error { code, message } => bail!("{message} ({code:?})"),
+                other => bail!("unexpected answer {other:?}"),
+            }
+            if end {
+                bail!("the daemon ended the command without an exit status");
+            }
+        }
+    }
+
+    fn drain(&mut self) -> Result<()> {
+        loop {
+            if self.recv()?.0 {
+                return Ok(());
+            }
+        }
+    }
+}
