@@ -132,11 +132,14 @@ enum Event {
 
 async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<Option<Frame>, String> {
     let mut header = [0u8; HEADER_LEN];
-    match r.read_exact(&mut header).await {
+    // The magic first, so a client speaking something else is told at once.
+    match r.read_exact(&mut header[..4]).await {
         Ok(_) => {}
         Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e.to_string()),
     }
+    frame::decode_header(&header[..4], max).map_err(|e| e.to_string())?;
+    r.read_exact(&mut header[4..]).await.map_err(|e| format!("truncated frame header: {e}"))?;
     let h = match frame::decode_header(&header, max) {
         Ok(Some(h)) => h,
         Ok(None) => unreachable!("a whole header was read"),

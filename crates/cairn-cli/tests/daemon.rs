@@ -1,0 +1,470 @@
+//! End-to-end tests of `cairn serve`: the CLI through the daemon, raw frames, cancellation,
+//! slow and vanishing clients, TCP tokens, the serve lock, SIGTERM and kill -9.
+
+use std::io::{Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use cairn_proto::frame::{self, HEADER_LEN};
+use cairn_proto::{ClientMsg, ErrorCode, PROTOCOL_VERSION, Request, ServerMsg};
+use cairn_server::client;
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_cairn")
+}
+
+struct Daemon {
+    child: Child,
+    dir: PathBuf,
+}
+
+impl Daemon {
+    fn start(dir: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_env(dir, extra, &[])
+    }
+
+    fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let mut cmd = Command::new(bin());
+        cmd.arg("--dir").arg(dir).arg("serve").args(extra).stdin(Stdio::null()).stdout(Stdio::null());
+        cmd.stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let sock = cairn_server::socket_path(dir);
+        let t = Instant::now();
+        while client::connect_unix(&sock, None).is_err() {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut err = String::new();
+                child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+                panic!("daemon exited ({status}): {err}");
+            }
+            assert!(t.elapsed() < Duration::from_secs(30), "daemon did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon { child, dir: dir.to_path_buf() }
+    }
+
+    fn client(&self) -> client::Client {
+        client::connect_unix(&cairn_server::socket_path(&self.dir), None).unwrap()
+    }
+
+    fn stop(mut self) -> String {
+        let pid = self.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        let out = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap()).wait_with_output().unwrap();
+        assert!(out.status.success(), "daemon exit {:?}", out.status);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    fn rss_kib(&self) -> u64 {
+        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn run(dir: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
+    let mut cmd = Command::new(bin());
+    cmd.arg("--dir").arg(dir).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    let mut child = cmd.spawn().unwrap();
+    if let Some(s) = stdin {
+        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Output with timings, dates and the data directory's own name masked.
+fn normalize(s: &str, dir: &Path) -> String {
+    let mut s = s.replace(&dir.display().to_string(), "<DIR>");
+    for unit in [" docs/s", " files/s"] {
+        let mut masked = String::new();
+        let mut rest = s.as_str();
+        while let Some(i) = rest.find(unit) {
+            let digits = rest[..i].trim_end_matches(|c: char| c.is_ascii_digit());
+            masked.push_str(digits);
+            masked.push('#');
+            masked.push_str(unit);
+            rest = &rest[i + unit.len()..];
+        }
+        masked.push_str(rest);
+        s = masked;
+    }
+    let mut out = String::new();
+    for word in s.split_inclusive([' ', '\t', '\n', '(', ')']) {
+        let core = word.trim_end_matches([' ', '\t', '\n', '(', ')']);
+        let tail = &word[core.len()..];
+        let timing = core.ends_with('s') && core[..core.len() - 1].trim_end_matches('m').parse::<f64>().is_ok();
+        let date = core.len() == 20 && core.as_bytes()[4] == b'-' && core.ends_with('Z');
+        if timing || date || core.parse::<f64>().is_ok_and(|_| tail.starts_with(' ') && word.contains('.')) {
+            out.push('#');
+            out.push_str(tail);
+        } else {
+            out.push_str(word);
+        }
+    }
+    out
+}
+
+/// The same session of commands gives the same output embedded and through the daemon.
+#[test]
+fn cli_output_is_the_same_through_the_daemon() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    std::fs::create_dir_all(src.join("sub")).unwrap();
+    std::fs::write(src.join("cache.rs"), "fn handle_request() {}\n// group commit and fsync\n").unwrap();
+    std::fs::write(src.join("notes.md"), "# Notes\nThe group commit batches writers.\n").unwrap();
+    std::fs::write(src.join("sub/a.txt"), "alpha beta\ngamma\n").unwrap();
+    let session: Vec<(Vec<&str>, Option<&str>)> = vec![
+        (vec!["add", "-r", "src", "--tag", "t1"], None),
+        (vec!["add", "-", "--name", "note", "--meta", "k=v"], Some("piped words for the memory\n")),
+        (vec!["search", "group commit"], None),
+        (vec!["search", "handle", "--json", "--no-snippets"], None),
+        (vec!["ls", "--tag", "t1"], None),
+        (vec!["cat", "note"], None),
+        (vec!["tag", "note", "-t", "x"], None),
+        (vec!["meta", "set", "note", "--set", "a=b"], None),
+        (vec!["meta", "get", "note"], None),
+        (vec!["versions", "note"], None),
+        (vec!["grep", "-i", "GROUP", "-C", "1"], None),
+        (vec!["grep", "nothing-matches-this"], None),
+        (vec!["get", "nope"], None),
+        (vec!["kv", "put", "k1", "v1"], None),
+        (vec!["kv", "get", "k1"], None),
+        (vec!["kv", "scan", "--prefix", "k", "--json"], None),
+        (vec!["snapshot", "src", "--name", "s1"], None),
+        (vec!["snapshots"], None),
+        (vec!["checkout", "s1", "out", "--mode", "copy"], None),
+        (vec!["du", "s1"], None),
+        (vec!["rm", "note"], None),
+        (vec!["ls"], None),
+    ];
+    let mut transcripts = Vec::new();
+    for remote in [false, true] {
+        let root = t.path().join(if remote { "remote" } else { "embedded" });
+        std::fs::create_dir_all(&root).unwrap();
+        let d = root.join("data");
+        let daemon = remote.then(|| Daemon::start(&d, &[]));
+        let mut transcript = String::new();
+        for (args, stdin) in &session {
+            // Relative paths are the caller's: run from a directory holding `src`.
+            let mut cmd = Command::new(bin());
+            cmd.current_dir(t.path()).arg("--dir").arg(&d);
+            if remote {
+                cmd.arg("--remote");
+            }
+            cmd.args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+            cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+            let mut child = cmd.spawn().unwrap();
+            if let Some(s) = stdin {
+                child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
+            }
+            let out = child.wait_with_output().unwrap();
+            transcript += &format!(
+                "$ {args:?} -> {}\n{}{}",
+                out.status.code().unwrap(),
+                normalize(&String::from_utf8_lossy(&out.stdout), &d),
+                normalize(&String::from_utf8_lossy(&out.stderr), &d)
+            );
+            std::fs::remove_dir_all(t.path().join("out")).ok();
+        }
+        if let Some(d) = daemon {
+            d.stop();
+        }
+        transcripts.push(transcript);
+    }
+    assert!(transcripts[0].contains("added 3 documents"), "{}", transcripts[0]);
+    assert!(transcripts[0].contains("src/cache.rs:2:// group commit"), "{}", transcripts[0]);
+    assert_eq!(transcripts[0], transcripts[1]);
+}
+
+fn raw_frame(stream: u32, msg: &ClientMsg) -> Vec<u8> {
+    let mut b = Vec::new();
+    frame::encode(&mut b, stream, cairn_proto::FLAG_END, &msg.encode());
+    b
+}
+
+fn hello() -> Vec<u8> {
+    raw_frame(
+        0,
+        &ClientMsg::Hello {
+            min_version: PROTOCOL_VERSION,
+            max_version: PROTOCOL_VERSION,
+            client: "t".into(),
+            token: None,
+        },
+    )
+}
+
+/// Reads frames until the server closes; returns the decoded messages.
+fn read_all(s: &mut UnixStream) -> Vec<ServerMsg> {
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let mut msgs = Vec::new();
+    let mut at = 0;
+    while let Ok(Some((f, n))) = frame::decode(&buf[at..], 1 << 30) {
+        msgs.push(ServerMsg::decode(&f.payload).unwrap());
+        at += n;
+    }
+    msgs
+}
+
+fn is_error(m: &ServerMsg, code: ErrorCode) -> bool {
+    matches!(m, ServerMsg::Error { code: c, .. } if *c == code)
+}
+
+#[test]
+fn malformed_oversized_and_truncated_frames_never_take_the_daemon_down() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    let daemon = Daemon::start(&d, &[]);
+    let sock = cairn_server::socket_path(&d);
+    // Permissions: only the owner may connect.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777, 0o600);
+
+    // Garbage instead of a frame.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\n\r\n").unwrap();
+    let msgs = read_all(&mut s);
+    assert!(msgs.iter().all(|m| is_error(m, ErrorCode::BadRequest)), "{msgs:?}");
+
+    // A header announcing 1 GiB: refused from the header alone, nothing allocated.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.write_all(&hello()).unwrap();
+    let mut big = Vec::new();
+    frame::encode(&mut big, 1, 0, &[]);
+    big[12..16].copy_from_slice(&(1u32 << 30).to_le_bytes());
+    s.write_all(&big[..HEADER_LEN]).unwrap();
+    let msgs = read_all(&mut s);
+    assert!(matches!(msgs[0], ServerMsg::Welcome { .. }));
+    assert!(matches!(&msgs[1], ServerMsg::Error { message, .. } if message.contains("exceeds")), "{msgs:?}");
+
+    // A bad checksum.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.write_all(&hello()).unwrap();
+    let mut f = raw_frame(1, &ClientMsg::Request(Request::Ping));
+    let last = f.len() - 1;
+    f[last] ^= 0xff;
+    s.write_all(&f).unwrap();
+    let msgs = read_all(&mut s);
+    assert!(matches!(&msgs[1], ServerMsg::Error { message, .. } if message.contains("checksum")), "{msgs:?}");
+
+    // A valid frame carrying a malformed message: an error for that stream, the connection
+    // goes on.
+    let mut c = daemon.client();
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.write_all(&hello()).unwrap();
+    let mut bad = Vec::new();
+    frame::encode(&mut bad, 5, cairn_proto::FLAG_END, &[0xff, 0xff, 0xff]);
+    s.write_all(&bad).unwrap();
+    s.write_all(&raw_frame(6, &ClientMsg::Request(Request::Ping))).unwrap();
+    s.shutdown(std::net::Shutdown::Write).unwrap();
+    let msgs = read_all(&mut s);
+    assert!(is_error(&msgs[1], ErrorCode::BadRequest), "{msgs:?}");
+
+    // A frame cut in the middle, then the client leaves.
+    for cut in [3, HEADER_LEN - 1, HEADER_LEN + 2] {
+        let mut s = UnixStream::connect(&sock).unwrap();
+        s.write_all(&hello()).unwrap();
+        let f = raw_frame(
+            1,
+            &ClientMsg::Request(Request::Search {
+                query: "x".into(),
+                limit: 1,
+                offset: 0,
+                words: false,
+                snippets: false,
+                filter: Default::default(),
+            }),
+        );
+        s.write_all(&f[..cut]).unwrap();
+        drop(s);
+    }
+    // No hello: the first message must be Hello.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.write_all(&raw_frame(1, &ClientMsg::Request(Request::Ping))).unwrap();
+    let msgs = read_all(&mut s);
+    assert!(is_error(&msgs[0], ErrorCode::BadRequest), "{msgs:?}");
+    // A version nobody speaks.
+    let mut s = UnixStream::connect(&sock).unwrap();
+    s.write_all(&raw_frame(
+        0,
+        &ClientMsg::Hello { min_version: 99, max_version: 100, client: "t".into(), token: None },
+    ))
+    .unwrap();
+    let msgs = read_all(&mut s);
+    assert!(is_error(&msgs[0], ErrorCode::Version), "{msgs:?}");
+
+    // Still serving, on an old connection and new ones.
+    assert_eq!(c.call(Request::Ping).unwrap(), ServerMsg::Pong);
+    assert_eq!(daemon.client().call(Request::Ping).unwrap(), ServerMsg::Pong);
+    daemon.stop();
+}
+
+#[test]
+fn streams_are_cancellable_and_vanishing_or_slow_clients_cost_nothing_lasting() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    let daemon = Daemon::start(&d, &[]);
+    // Cancel: a 64 GiB stream stops after a few frames; the connection stays usable.
+    let mut c = daemon.client();
+    let stream = c.start(Request::Echo { chunks: 1 << 20, chunk_len: 64 << 10 }).unwrap();
+    for _ in 0..4 {
+        assert!(matches!(c.recv().unwrap(), (false, ServerMsg::Data(_))));
+    }
+    c.cancel(stream).unwrap();
+    let mut frames = 0;
+    loop {
+        let (end, m) = c.recv().unwrap();
+        frames += 1;
+        if end {
+            assert!(is_error(&m, ErrorCode::Cancelled), "{m:?}");
+            break;
+        }
+    }
+    assert!(frames < 100, "{frames} frames after cancel");
+    assert_eq!(c.call(Request::Ping).unwrap(), ServerMsg::Pong);
+
+    // A slow client that stops reading mid-stream does not stall anybody else.
+    let mut slow = daemon.client();
+    slow.start(Request::Echo { chunks: 1 << 20, chunk_len: 64 << 10 }).unwrap();
+    let mut other = daemon.client();
+    for _ in 0..50 {
+        assert_eq!(other.call(Request::Ping).unwrap(), ServerMsg::Pong);
+    }
+    let baseline = daemon.rss_kib();
+    // Clients that vanish mid-stream free what they held.
+    for _ in 0..64 {
+        let mut v = daemon.client();
+        v.start(Request::Echo { chunks: 1 << 20, chunk_len: 64 << 10 }).unwrap();
+        v.recv().unwrap();
+        drop(v);
+    }
+    drop(slow);
+    assert_eq!(other.call(Request::Ping).unwrap(), ServerMsg::Pong);
+    let after = daemon.rss_kib();
+    // 64 abandoned 64 GiB streams: memory held is bounded by the per-connection queues.
+    assert!(after < baseline + 256 * 1024, "RSS grew from {baseline} KiB to {after} KiB");
+    daemon.stop();
+}
+
+#[test]
+fn tcp_needs_the_token() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    // Refuses to listen on TCP without a token.
+    let (code, _, err) = run(&d, &["serve", "--tcp", "127.0.0.1:0"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("token"), "{err}");
+
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let addr = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start_env(&d, &["--tcp", &addr], &[("CAIRN_TOKEN", "s3cret")]);
+    let url = format!("tcp://{addr}");
+    let e = client::connect(&url, None).err().unwrap();
+    assert!(format!("{e:#}").contains("Unauthorized"), "{e:#}");
+    let e = client::connect(&url, Some("s3creT")).err().unwrap();
+    assert!(format!("{e:#}").contains("Unauthorized"), "{e:#}");
+    let mut c = client::connect(&url, Some("s3cret")).unwrap();
+    assert_eq!(c.call(Request::Ping).unwrap(), ServerMsg::Pong);
+    // The CLI through TCP.
+    let mut cmd = Command::new(bin());
+    cmd.args(["--addr", &url, "kv", "put", "a", "b"]).env("CAIRN_TOKEN", "s3cret");
+    assert!(cmd.status().unwrap().success());
+    let mut cmd = Command::new(bin());
+    let out = cmd.args(["--addr", &url, "kv", "get", "a"]).env("CAIRN_TOKEN", "s3cret").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "b\n");
+    daemon.stop();
+}
+
+#[test]
+fn one_daemon_per_dir_sigterm_loses_nothing_and_kill_9_recovers() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    let daemon = Daemon::start(&d, &[]);
+    let (code, _, err) = run(&d, &["serve"], None);
+    assert_ne!(code, 0);
+    assert!(err.contains("already serves"), "{err}");
+
+    // Writers keep adding while SIGTERM arrives; every acknowledged add survives.
+    let sock = cairn_server::socket_path(&d);
+    let writers: Vec<_> = (0..4)
+        .map(|w| {
+            let sock = sock.clone();
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let Ok(mut c) = client::connect_unix(&sock, None) else { return acked };
+                for i in 0.. {
+                    let path = format!("w{w}/doc{i}");
+                    let req = Request::Add {
+                        path: path.clone(),
+                        content: format!("writer {w} document {i}").into_bytes(),
+                        tags: vec![],
+                        meta: vec![],
+                    };
+                    match c.call(req) {
+                        Ok(ServerMsg::Added { .. }) => acked.push(path),
+                        _ => break,
+                    }
+                }
+                acked
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let err = daemon.stop();
+    assert!(err.contains("stopped"), "{err}");
+    let acked: Vec<String> = writers.into_iter().flat_map(|w| w.join().unwrap()).collect();
+    assert!(!acked.is_empty());
+    assert!(!sock.exists(), "the socket is removed on shutdown");
+    let (code, listing, _) = run(&d, &["ls"], None);
+    assert_eq!(code, 0);
+    for p in &acked {
+        assert!(listing.contains(&format!("{p}\t")), "acknowledged {p} lost");
+    }
+    let (_, hits, _) = run(&d, &["search", "writer", "-n", "1"], None);
+    // Exactly the acknowledged adds: in-flight ones were finished and answered before exit.
+    assert!(hits.contains(&format!("1 of {} matching", acked.len())), "{hits} vs {} acked", acked.len());
+
+    // kill -9: the lock dies with the process; the stale socket is replaced.
+    let mut daemon = Daemon::start(&d, &[]);
+    let mut c = daemon.client();
+    let added = c.call(Request::Add {
+        path: "after".into(),
+        content: b"kill nine survivor".to_vec(),
+        tags: vec![],
+        meta: vec![],
+    });
+    assert!(matches!(added, Ok(ServerMsg::Added { .. })));
+    daemon.child.kill().unwrap();
+    daemon.child.wait().unwrap();
+    assert!(sock.exists());
+    // Embedded use sees the stale socket, finds nobody, and runs in-process.
+    let (code, out, err) = run(&d, &["search", "survivor"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("after"), "{out}");
+    let daemon = Daemon::start(&d, &[]);
+    let (code, out, _) = run(&d, &["--remote", "cat", "after"], None);
+    assert_eq!((code, out.as_str()), (0, "kill nine survivor"));
+    daemon.stop();
+}
