@@ -468,3 +468,117 @@ fn one_daemon_per_dir_sigterm_loses_nothing_and_kill_9_recovers() {
     assert_eq!((code, out.as_str()), (0, "kill nine survivor"));
     daemon.stop();
 }
+
+fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if let Some(t) = token {
+        req += &format!("Authorization: Bearer {t}\r\n");
+    }
+    if let Some(b) = body {
+        req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}", b.len());
+    } else {
+        req += "Content-Length: 0\r\n\r\n";
+    }
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp[9..12].parse().unwrap();
+    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    // Bodies are small: undo chunked encoding if used.
+    let body = if resp.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        let mut out = String::new();
+        let mut rest = body.as_str();
+        while let Some((len, after)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out += &after[..n];
+            rest = &after[n + 2..];
+        }
+        out
+    } else {
+        body
+    };
+    (status, body)
+}
+
+#[test]
+fn http_rest_with_bearer_token() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start_env(&d, &["--http", &addr], &[("CAIRN_TOKEN", "tok-123")]);
+    let tok = Some("tok-123");
+
+    let add = r##"{"path":"notes/a.md","content":"# Alpha\nThe group commit protocol batches fsync calls.","tags":["x"],"meta":{"k":"v"}}"##;
+    // Refused without the token, with a wrong one, and with another scheme: 401, never data.
+    for bad in [None, Some("tok-124"), Some("")] {
+        let (code, body) = http(&addr, "POST", "/v1/docs", bad, Some(add));
+        assert_eq!(code, 401, "{body}");
+        assert!(!body.contains("Alpha"));
+    }
+    let (code, _) = http(&addr, "GET", "/v1/docs", None, None);
+    assert_eq!(code, 401);
+    let (code, body) = http(&addr, "GET", "/v1/docs", None, None);
+    assert!(code == 401 && !body.contains("notes"), "nothing was added by refused requests");
+
+    let (code, body) = http(&addr, "POST", "/v1/docs", tok, Some(add));
+    assert_eq!(code, 201, "{body}");
+    let (code, body) = http(&addr, "POST", "/v1/docs", tok, Some(add));
+    assert!(code == 200 && body.contains("\"unchanged\""), "{body}");
+    let (code, body) = http(&addr, "GET", "/v1/search?q=group%20commit&limit=5", tok, None);
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["total"], 1);
+    assert_eq!(v["hits"][0]["path"], "notes/a.md");
+    assert!(v["hits"][0]["snippet"]["text"].as_str().unwrap().contains("group commit"));
+    let (code, body) = http(&addr, "GET", "/v1/doc/content?path=notes/a.md", tok, None);
+    assert_eq!((code, body.as_str()), (200, "# Alpha\nThe group commit protocol batches fsync calls."));
+    let (code, body) = http(&addr, "GET", "/v1/docs?tag=x&meta=k=v", tok, None);
+    assert!(code == 200 && body.contains("notes/a.md"), "{body}");
+    let (code, _) = http(&addr, "POST", "/v1/tags", tok, Some(r#"{"paths":["notes/a.md"],"add":["y"]}"#));
+    assert_eq!(code, 200);
+    let (code, _) =
+        http(&addr, "POST", "/v1/meta", tok, Some(r#"{"updates":[{"path":"notes/a.md","set":{"z":"1"}}]}"#));
+    assert_eq!(code, 200);
+    let (_, body) = http(&addr, "GET", "/v1/doc?path=notes/a.md", tok, None);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["doc"]["tags"], serde_json::json!(["x", "y"]));
+    assert_eq!(v["doc"]["meta"]["z"], "1");
+    let (code, body) = http(&addr, "GET", "/v1/grep?pattern=FSYNC&i=true", tok, None);
+    assert!(code == 200 && body.contains("\"line\":2"), "{body}");
+    let (code, body) = http(&addr, "GET", "/v1/doc?path=missing", tok, None);
+    assert!(code == 404 && body.contains("no document"), "{body}");
+    let (code, _) = http(&addr, "GET", "/v1/search?q=%22unclosed", tok, None);
+    assert_eq!(code, 200, "lenient query syntax");
+    let (code, _) = http(&addr, "POST", "/v1/docs", tok, Some("{not json"));
+    assert!((400..500).contains(&code));
+
+    // Key-value and snapshots.
+    let (code, _) = http(&addr, "PUT", "/v1/kv/color", tok, Some("blue"));
+    assert_eq!(code, 204);
+    let (code, body) = http(&addr, "GET", "/v1/kv/color", tok, None);
+    assert_eq!((code, body.as_str()), (200, "blue"));
+    let (code, _) = http(&addr, "GET", "/v1/kv/none", tok, None);
+    assert_eq!(code, 404);
+    let src = t.path().join("tree");
+    std::fs::create_dir_all(&src).unwrap();
+    std::fs::write(src.join("f"), "x").unwrap();
+    let body = format!(r#"{{"dir":"{}","name":"s1"}}"#, src.display());
+    let (code, resp) = http(&addr, "POST", "/v1/snapshots", tok, Some(&body));
+    assert_eq!(code, 201, "{resp}");
+    let (code, resp) = http(&addr, "GET", "/v1/snapshots", tok, None);
+    assert!(code == 200 && resp.contains("\"s1\""), "{resp}");
+
+    // The OpenAPI description names every route.
+    let (code, body) = http(&addr, "GET", "/openapi.json", tok, None);
+    assert_eq!(code, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for p in ["/v1/docs", "/v1/search", "/v1/grep", "/v1/snapshots", "/v1/kv/{key}"] {
+        assert!(v["paths"][p].is_object(), "{p} missing");
+    }
+    daemon.stop();
+}

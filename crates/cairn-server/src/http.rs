@@ -1,11 +1,464 @@
-//! HTTP/REST (filled in below).
+//! HTTP/REST over the same layers (axum). Every route needs `Authorization: Bearer <token>`;
+//! anything else gets 401 and no data. JSON in and out; `GET /openapi.json` describes it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use cairn_docs::{AddOptions, GrepOptions, MetaUpdate, NewDoc, QueryMode, SearchOptions};
+use serde::Deserialize;
+use serde_json::{Value, json};
 use tokio::net::TcpListener;
 
-use crate::Shared;
+use crate::{Services, Shared, token_matches};
+
+/// Largest request body (document content).
+const BODY_LIMIT: usize = 64 << 20;
 
 pub(crate) async fn serve(l: TcpListener, shared: Arc<Shared>) {
-    let _ = (l, shared);
+    let app = router(shared.services.clone(), shared.config.token.clone().unwrap_or_default());
+    let stop = shared.shutdown.clone();
+    let _ = axum::serve(l, app).with_graceful_shutdown(async move { stop.cancelled().await }).await;
 }
+
+#[derive(Clone)]
+struct App {
+    services: Arc<Services>,
+    token: Arc<str>,
+}
+
+/// The REST routes over `services`, requiring `token`.
+pub fn router(services: Arc<Services>, token: String) -> Router {
+    let app = App { services, token: token.into() };
+    Router::new()
+        .route("/openapi.json", get(openapi))
+        .route("/v1/docs", get(list_docs).post(add_doc))
+        .route("/v1/doc", get(get_doc).delete(delete_doc))
+        .route("/v1/doc/content", get(get_content))
+        .route("/v1/tags", axum::routing::post(tag_docs))
+        .route("/v1/meta", axum::routing::post(set_meta))
+        .route("/v1/search", get(search))
+        .route("/v1/grep", get(grep))
+        .route("/v1/snapshots", get(list_snapshots).post(take_snapshot))
+        .route("/v1/snapshots/{name}", get(snapshot_info).delete(delete_snapshot))
+        .route("/v1/snapshots/{a}/diff/{b}", get(diff_snapshots))
+        .route("/v1/kv", get(scan_kv))
+        .route("/v1/kv/{key}", get(get_kv).put(put_kv).delete(delete_kv))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .layer(middleware::from_fn_with_state(app.clone(), auth))
+        .with_state(app)
+}
+
+async fn auth(State(app): State<App>, req: Request, next: Next) -> Response {
+    let given = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if !token_matches(given.as_bytes(), app.token.as_bytes()) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            axum::Json(json!({ "error": "missing or wrong bearer token" })),
+        )
+            .into_response();
+    }
+    next.run(req).await
+}
+
+/// An error answer.
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, axum::Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<anyhow::Error> for ApiError {
+    fn from(e: anyhow::Error) -> ApiError {
+        let status = if let Some(d) = e.downcast_ref::<cairn_docs::Error>() {
+            match d {
+                cairn_docs::Error::NotFound(_) | cairn_docs::Error::NoVersion(..) => StatusCode::NOT_FOUND,
+                cairn_docs::Error::InvalidArgument(_) | cairn_docs::Error::Query(_) => StatusCode::BAD_REQUEST,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            }
+        } else if let Some(t) = e.downcast_ref::<cairn_tree::Error>() {
+            match t {
+                cairn_tree::Error::NoSuchSnapshot(_) => StatusCode::NOT_FOUND,
+                cairn_tree::Error::InvalidArgument(_) | cairn_tree::Error::BadName(_) => StatusCode::BAD_REQUEST,
+                cairn_tree::Error::SnapshotExists(_) => StatusCode::CONFLICT,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            }
+        } else if e.downcast_ref::<BadRequest>().is_some() {
+            StatusCode::BAD_REQUEST
+        } else {
+            StatusCode::INTERNAL_SERVER_ERROR
+        };
+        ApiError(status, format!("{e:#}"))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct BadRequest(String);
+
+type ApiResult<T> = Result<T, ApiError>;
+
+/// Runs storage work on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    app: &App,
+    f: impl FnOnce(&Services) -> anyhow::Result<T> + Send + 'static,
+) -> ApiResult<T> {
+    let s = app.services.clone();
+    tokio::task::spawn_blocking(move || f(&s))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+        .map_err(ApiError::from)
+}
+
+/// Filter query parameters (`tag` and `meta=k=v` comma-separated).
+#[derive(Deserialize, Default)]
+struct FilterQuery {
+    tag: Option<String>,
+    meta: Option<String>,
+    path_glob: Option<String>,
+    since: Option<String>,
+    until: Option<String>,
+}
+
+impl FilterQuery {
+    fn filter(&self) -> anyhow::Result<cairn_docs::Filter> {
+        let list = |s: &Option<String>| -> Vec<String> {
+            s.as_deref().map(|s| s.split(',').filter(|t| !t.is_empty()).map(String::from).collect()).unwrap_or_default()
+        };
+        let mut meta = Vec::new();
+        for kv in list(&self.meta) {
+            let (k, v) = kv.split_once('=').ok_or_else(|| BadRequest(format!("meta {kv:?} is not k=v")))?;
+            meta.push((k.to_string(), v.to_string()));
+        }
+        let time = |s: &Option<String>| -> anyhow::Result<Option<i64>> {
+            s.as_deref().map(|t| cairn_docs::parse_time(t).map_err(|e| BadRequest(e.to_string()).into())).transpose()
+        };
+        Ok(cairn_docs::Filter {
+            tags: list(&self.tag),
+            meta,
+            path_glob: self.path_glob.clone(),
+            since: time(&self.since)?,
+            until: time(&self.until)?,
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct AddBody {
+    path: String,
+    /// UTF-8 content.
+    content: Option<String>,
+    /// Binary content, base64.
+    content_base64: Option<String>,
+    #[serde(default)]
+    tags: Vec<String>,
+    #[serde(default)]
+    meta: BTreeMap<String, String>,
+}
+
+async fn add_doc(State(app): State<App>, body: axum::Json<AddBody>) -> ApiResult<(StatusCode, axum::Json<Value>)> {
+    let b = body.0;
+    let content = match (b.content, b.content_base64) {
+        (Some(c), None) => c.into_bytes(),
+        (None, Some(c)) => {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD
+                .decode(c)
+                .map_err(|e| ApiError(StatusCode::BAD_REQUEST, format!("content_base64: {e}")))?
+        }
+        _ => return Err(ApiError(StatusCode::BAD_REQUEST, "give exactly one of content, content_base64".into())),
+    };
+    let opts = AddOptions { tags: b.tags, meta: b.meta.into_iter().collect() };
+    let path = b.path;
+    let added = blocking(&app, move |s| Ok(s.memory.add(vec![NewDoc { path, content }], &opts)?)).await?;
+    let a = &added[0];
+    let status = crate::api::status_word(a.status);
+    let code = if status == "unchanged" { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((code, axum::Json(json!({ "status": status, "doc": a.doc }))))
+}
+
+async fn list_docs(State(app): State<App>, q: Query<FilterQuery>) -> ApiResult<axum::Json<Value>> {
+    let f = q.filter()?;
+    let docs = blocking(&app, move |s| Ok(s.memory.list(&f)?)).await?;
+    Ok(axum::Json(json!({ "docs": docs })))
+}
+
+#[derive(Deserialize)]
+struct DocQuery {
+    path: String,
+    version: Option<u32>,
+}
+
+async fn get_doc(State(app): State<App>, q: Query<DocQuery>) -> ApiResult<axum::Json<Value>> {
+    let path = q.0.path;
+    let (doc, versions) = blocking(&app, move |s| Ok((s.memory.get(&path)?, s.memory.versions(&path)?))).await?;
+    Ok(axum::Json(json!({ "doc": doc, "versions": versions })))
+}
+
+async fn get_content(State(app): State<App>, q: Query<DocQuery>) -> ApiResult<Response> {
+    let DocQuery { path, version } = q.0;
+    let (mime, bytes) = blocking(&app, move |s| {
+        let doc = s.memory.get(&path)?;
+        Ok((doc.mime, s.memory.content(&path, version)?))
+    })
+    .await?;
+    Ok(([(header::CONTENT_TYPE, mime)], bytes).into_response())
+}
+
+async fn delete_doc(State(app): State<App>, q: Query<DocQuery>) -> ApiResult<axum::Json<Value>> {
+    let path = q.0.path;
+    let removed = blocking(&app, move |s| Ok(s.memory.remove(&[path])?)).await?;
+    Ok(axum::Json(json!({ "removed": removed })))
+}
+
+#[derive(Deserialize)]
+struct TagBody {
+    paths: Vec<String>,
+    #[serde(default)]
+    add: Vec<String>,
+    #[serde(default)]
+    remove: Vec<String>,
+}
+
+async fn tag_docs(State(app): State<App>, body: axum::Json<TagBody>) -> ApiResult<axum::Json<Value>> {
+    let b = body.0;
+    let changed = blocking(&app, move |s| Ok(s.memory.tag(&b.paths, &b.add, &b.remove)?)).await?;
+    Ok(axum::Json(json!({ "changed": changed })))
+}
+
+#[derive(Deserialize)]
+struct MetaChange {
+    path: String,
+    #[serde(default)]
+    set: BTreeMap<String, String>,
+    #[serde(default)]
+    unset: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct MetaBody {
+    updates: Vec<MetaChange>,
+}
+
+async fn set_meta(State(app): State<App>, body: axum::Json<MetaBody>) -> ApiResult<axum::Json<Value>> {
+    let updates: Vec<MetaUpdate> = body
+        .0
+        .updates
+        .into_iter()
+        .map(|c| {
+            let changes =
+                c.set.into_iter().map(|(k, v)| (k, Some(v))).chain(c.unset.into_iter().map(|k| (k, None))).collect();
+            (c.path, changes)
+        })
+        .collect();
+    let changed = blocking(&app, move |s| Ok(s.memory.set_meta(&updates)?)).await?;
+    Ok(axum::Json(json!({ "changed": changed })))
+}
+
+#[derive(Deserialize)]
+struct SearchQuery {
+    q: String,
+    limit: Option<usize>,
+    offset: Option<usize>,
+    #[serde(default)]
+    words: bool,
+    #[serde(flatten)]
+    filter: FilterQuery,
+}
+
+async fn search(State(app): State<App>, q: Query<SearchQuery>) -> ApiResult<axum::Json<Value>> {
+    let q = q.0;
+    let opts = SearchOptions {
+        limit: q.limit.unwrap_or(10).min(10_000),
+        offset: q.offset.unwrap_or(0),
+        filter: q.filter.filter()?,
+        mode: if q.words { QueryMode::Words } else { QueryMode::Syntax },
+        snippets: true,
+    };
+    let query = q.q;
+    let r = blocking(&app, move |s| Ok(s.memory.search(&query, &opts)?)).await?;
+    Ok(axum::Json(search_json(&r)))
+}
+
+/// The JSON form of search results (shared with MCP).
+pub fn search_json(r: &cairn_docs::SearchResults) -> Value {
+    let hits: Vec<Value> = r
+        .hits
+        .iter()
+        .map(|h| {
+            json!({
+                "path": h.doc.path, "score": h.score, "version": h.doc.version, "title": h.doc.title,
+                "tags": h.doc.tags, "meta": h.doc.meta,
+                "snippet": h.snippet.as_ref().map(|s| json!({
+                    "text": s.text,
+                    "highlights": s.highlights.iter().map(|r| [r.start, r.end]).collect::<Vec<_>>(),
+                })),
+            })
+        })
+        .collect();
+    json!({ "total": r.total, "hits": hits, "warnings": r.warnings })
+}
+
+#[derive(Deserialize)]
+struct GrepQuery {
+    pattern: String,
+    #[serde(default)]
+    i: bool,
+    #[serde(default)]
+    w: bool,
+    #[serde(default, rename = "F")]
+    fixed: bool,
+    #[serde(default, rename = "C")]
+    context: usize,
+    max_files: Option<usize>,
+    #[serde(flatten)]
+    filter: FilterQuery,
+}
+
+async fn grep(State(app): State<App>, q: Query<GrepQuery>) -> ApiResult<axum::Json<Value>> {
+    let q = q.0;
+    let opts = GrepOptions {
+        pattern: q.pattern,
+        ignore_case: q.i,
+        word: q.w,
+        fixed: q.fixed,
+        context: q.context.min(100),
+        filter: q.filter.filter()?,
+        max_files: Some(q.max_files.unwrap_or(1000)),
+    };
+    let v = blocking(&app, move |s| grep_json(s, &opts)).await?;
+    Ok(axum::Json(v))
+}
+
+/// Runs a grep and returns its JSON form (shared with MCP).
+pub fn grep_json(s: &Services, opts: &GrepOptions) -> anyhow::Result<Value> {
+    let mut files = Vec::new();
+    let stats = s.memory.grep(opts, |f| {
+        let lines: Vec<Value> = f
+            .groups
+            .iter()
+            .flatten()
+            .map(|l| json!({ "line": l.number, "text": l.text, "match": l.is_match }))
+            .collect();
+        files.push(json!({ "path": f.path, "lines": lines }));
+        Ok(())
+    })?;
+    Ok(json!({ "files": files, "files_matched": stats.files_matched, "lines_matched": stats.lines_matched }))
+}
+
+fn snapshot_json(i: &cairn_tree::SnapshotInfo) -> Value {
+    json!({ "name": i.name, "root": i.root.to_string(), "created_ns": i.created_ns, "files": i.files,
+            "dirs": i.dirs, "symlinks": i.symlinks, "bytes": i.bytes, "source": i.source })
+}
+
+async fn list_snapshots(State(app): State<App>) -> ApiResult<axum::Json<Value>> {
+    let list = blocking(&app, |s| Ok(s.trees.snapshots()?)).await?;
+    Ok(axum::Json(json!({ "snapshots": list.iter().map(snapshot_json).collect::<Vec<_>>() })))
+}
+
+#[derive(Deserialize)]
+struct SnapshotBody {
+    dir: String,
+    name: Option<String>,
+}
+
+async fn take_snapshot(
+    State(app): State<App>,
+    body: axum::Json<SnapshotBody>,
+) -> ApiResult<(StatusCode, axum::Json<Value>)> {
+    let b = body.0;
+    if !std::path::Path::new(&b.dir).is_absolute() {
+        return Err(ApiError(StatusCode::BAD_REQUEST, "dir must be an absolute path".into()));
+    }
+    let st = blocking(&app, move |s| Ok(s.trees.snapshot(std::path::Path::new(&b.dir), b.name.as_deref(), &|_| {})?))
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(json!({ "snapshot": snapshot_json(&st.info), "files_read": st.files_read,
+                           "files_cached": st.files_cached, "bytes_stored": st.bytes_stored })),
+    ))
+}
+
+async fn snapshot_info(State(app): State<App>, Path(name): Path<String>) -> ApiResult<axum::Json<Value>> {
+    let i = blocking(&app, move |s| Ok(s.trees.snapshot_info(&name)?)).await?;
+    Ok(axum::Json(snapshot_json(&i)))
+}
+
+async fn delete_snapshot(State(app): State<App>, Path(name): Path<String>) -> ApiResult<axum::Json<Value>> {
+    let i = blocking(&app, move |s| Ok(s.trees.remove_snapshot(&name)?)).await?;
+    Ok(axum::Json(json!({ "removed": snapshot_json(&i) })))
+}
+
+async fn diff_snapshots(State(app): State<App>, Path((a, b)): Path<(String, String)>) -> ApiResult<axum::Json<Value>> {
+    let changes = blocking(&app, move |s| Ok(s.trees.diff(&a, &b)?)).await?;
+    let v: Vec<Value> = changes
+        .iter()
+        .map(|c| match c {
+            cairn_tree::Change::Added(p) => json!({ "change": "added", "path": p }),
+            cairn_tree::Change::Removed(p) => json!({ "change": "removed", "path": p }),
+            cairn_tree::Change::Modified(p) => json!({ "change": "modified", "path": p }),
+            cairn_tree::Change::Renamed { from, to } => json!({ "change": "renamed", "from": from, "path": to }),
+        })
+        .collect();
+    Ok(axum::Json(json!({ "changes": v })))
+}
+
+#[derive(Deserialize)]
+struct ScanQuery {
+    prefix: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn scan_kv(State(app): State<App>, q: Query<ScanQuery>) -> ApiResult<axum::Json<Value>> {
+    let q = q.0;
+    let rows = blocking(&app, move |s| {
+        let prefix = q.prefix.unwrap_or_default();
+        let mut rows = Vec::new();
+        for kv in s.db.prefix(prefix.as_bytes()).take(q.limit.unwrap_or(1000).min(100_000)) {
+            let (k, v) = kv?;
+            rows.push(json!({ "key": String::from_utf8_lossy(&k), "value": String::from_utf8_lossy(&v) }));
+        }
+        Ok(rows)
+    })
+    .await?;
+    Ok(axum::Json(json!({ "rows": rows })))
+}
+
+async fn get_kv(State(app): State<App>, Path(key): Path<String>) -> ApiResult<Response> {
+    let k = key.clone();
+    match blocking(&app, move |s| Ok(s.db.get(k.as_bytes())?)).await? {
+        Some(v) => Ok(([(header::CONTENT_TYPE, "application/octet-stream")], v).into_response()),
+        None => Err(ApiError(StatusCode::NOT_FOUND, format!("key {key:?} not found"))),
+    }
+}
+
+async fn put_kv(State(app): State<App>, Path(key): Path<String>, body: Bytes) -> ApiResult<StatusCode> {
+    blocking(&app, move |s| Ok(s.db.put(key.as_bytes(), &body)?)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn delete_kv(State(app): State<App>, Path(key): Path<String>) -> ApiResult<StatusCode> {
+    blocking(&app, move |s| Ok(s.db.delete(key.as_bytes())?)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn openapi(_: HeaderMap) -> axum::Json<Value> {
+    axum::Json(serde_json::from_str(OPENAPI).expect("the OpenAPI document is valid JSON"))
+}
+
+/// The OpenAPI 3.1 description of the routes.
+pub const OPENAPI: &str = include_str!("openapi.json");
