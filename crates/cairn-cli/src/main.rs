@@ -5,6 +5,7 @@
 mod ctx;
 mod docs;
 mod kv;
+mod mcp;
 mod remote;
 mod serve;
 mod tree;
@@ -113,12 +114,17 @@ pub(crate) enum Command {
     /// Run the daemon on this data directory: framed IPC on <DIR>/cairn.sock, optionally TCP
     /// and HTTP/REST (both need a token: CAIRN_TOKEN or `token` in <DIR>/cairn.toml).
     Serve(serve::ServeArgs),
+    /// Serve the document memory to an agent over MCP (JSON-RPC on stdin/stdout): tools add,
+    /// search, grep, get, ls, tag. Uses the daemon when one serves the data directory.
+    Mcp,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Command::Serve(args) = cli.command {
-        return report(serve::run(&cli.data_dir, args));
+    match cli.command {
+        Command::Serve(args) => return report(serve::run(&cli.data_dir, args)),
+        Command::Mcp => return report(mcp::run(&cli.data_dir, cli.remote, cli.addr.as_deref())),
+        _ => {}
     }
     match remote::target(&cli.data_dir, cli.remote, cli.addr.as_deref()) {
         Ok(Some(client)) => return remote::run(client, &cli.command),
@@ -145,7 +151,7 @@ pub(crate) fn execute(ctx: &mut Ctx, command: Command, out: &mut dyn Write) -> a
         Command::Gc { json } => tree::gc(ctx, json, out),
         Command::Verify { json } => tree::verify(ctx, json, out),
         Command::Du { snapshot, json } => tree::du(ctx, snapshot.as_deref(), json, out),
-        Command::Serve(_) => anyhow::bail!("`serve` cannot run inside a daemon"),
+        Command::Serve(_) | Command::Mcp => anyhow::bail!("`serve` and `mcp` cannot run inside a daemon"),
     }
 }
 
