@@ -14,6 +14,7 @@ mod ir;
 mod measure;
 mod report;
 mod runner;
+mod serve_bench;
 mod stream;
 
 use std::io::Write as _;
@@ -48,6 +49,9 @@ enum Cmd {
     /// Retrieval quality (nDCG@10, Recall@100, MRR@10) of the document memory on a BEIR-format
     /// collection.
     Ir(ir::IrArgs),
+    /// The daemon: framing against a plain length-prefixed exchange, 1-64 clients adding
+    /// documents, a 16-client mixed load.
+    Serve(serve_bench::ServeArgs),
     /// Prints the table again from a `results.jsonl` written by `ycsb`.
     YcsbReport {
         /// The raw results (one JSON line per run).
@@ -125,6 +129,7 @@ fn main() -> ExitCode {
         Cmd::YcsbReport { file } => report_file(&file),
         Cmd::Ir(a) => ir::run(a),
         Cmd::Docs(a) => docs_bench::run(a),
+        Cmd::Serve(a) => serve_bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
