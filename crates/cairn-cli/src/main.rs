@@ -155,6 +155,22 @@ pub(crate) fn execute(ctx: &mut Ctx, command: Command, out: &mut dyn Write) -> a
     }
 }
 
+/// Parses and runs one command line (the arguments after the program name) on `ctx` and
+/// returns its exit status: usage errors go to `ctx.err` (help and version text to `out`),
+/// command errors to `ctx.err`. The daemon and `cairn mcp` run command lines through this.
+pub(crate) fn run_line(ctx: &mut Ctx, args: Vec<String>, out: &mut dyn Write) -> u8 {
+    let cli = match Cli::try_parse_from(std::iter::once("cairn".to_string()).chain(args)) {
+        Ok(c) => c,
+        Err(e) => {
+            let text = e.render().to_string();
+            let _ = if e.use_stderr() { ctx.err.write_all(text.as_bytes()) } else { out.write_all(text.as_bytes()) };
+            return e.exit_code().clamp(0, 255) as u8;
+        }
+    };
+    let result = execute(ctx, cli.command, out).and_then(|()| out.flush().map_err(Into::into));
+    exit_status(result, &mut ctx.err)
+}
+
 /// The exit status of a command's result; errors are printed to `err`.
 pub(crate) fn exit_status(result: anyhow::Result<()>, err: &mut dyn Write) -> u8 {
     match result {

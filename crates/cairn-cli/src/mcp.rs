@@ -11,11 +11,13 @@ use std::sync::{Arc, Mutex};
 
 use anyhow::Result;
 use cairn_server::client::Client;
-use clap::Parser;
 use serde_json::{Value, json};
 
 use crate::ctx::Ctx;
-use crate::{Cli, execute, exit_status};
+use crate::run_line;
+
+/// The tools, in the order `tools/list` gives them.
+const TOOLS: [&str; 6] = ["add", "search", "grep", "get", "ls", "tag"];
 
 /// Protocol revisions this server speaks, newest first.
 const VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
@@ -57,16 +59,7 @@ impl Backend {
                 let err = Captured::default();
                 ctx.err = Box::new(err.clone());
                 ctx.input = Box::new(io::Cursor::new(input.unwrap_or_default()));
-                let code = match Cli::try_parse_from(std::iter::once("cairn".to_string()).chain(args)) {
-                    Ok(cli) => {
-                        let r = execute(ctx, cli.command, &mut out);
-                        exit_status(r, &mut ctx.err)
-                    }
-                    Err(e) => {
-                        ctx.err.write_all(e.render().to_string().as_bytes())?;
-                        2
-                    }
-                };
+                let code = run_line(ctx, args, &mut out);
                 ctx.input = Box::new(io::empty());
                 let err = std::mem::take(&mut *err.0.lock().expect("not poisoned"));
                 Ok((code, out, err))
@@ -163,13 +156,7 @@ fn strings(args: &Value, k: &str) -> Result<Vec<String>, BadArgs> {
     }
 }
 
-fn filter_args(args: &Value, argv: &mut Vec<String>) -> Result<(), BadArgs> {
-    for t in strings(args, "tag")? {
-        argv.extend(["--tag".into(), t]);
-    }
-    if let Some(g) = args.get("path_glob").and_then(Value::as_str) {
-        argv.extend(["--path-glob".into(), g.into()]);
-    }
+fn meta_args(args: &Value, argv: &mut Vec<String>) -> Result<(), BadArgs> {
     if let Some(m) = args.get("meta").and_then(Value::as_object) {
         for (k, v) in m {
             let v = v.as_str().ok_or_else(|| BadArgs("`meta` values must be strings".into()))?;
@@ -179,6 +166,16 @@ fn filter_args(args: &Value, argv: &mut Vec<String>) -> Result<(), BadArgs> {
     Ok(())
 }
 
+fn filter_args(args: &Value, argv: &mut Vec<String>) -> Result<(), BadArgs> {
+    for t in strings(args, "tag")? {
+        argv.extend(["--tag".into(), t]);
+    }
+    if let Some(g) = args.get("path_glob").and_then(Value::as_str) {
+        argv.extend(["--path-glob".into(), g.into()]);
+    }
+    meta_args(args, argv)
+}
+
 fn uint(args: &Value, k: &str) -> Result<Option<u64>, BadArgs> {
     match args.get(k) {
         None | Some(Value::Null) => Ok(None),
@@ -186,18 +183,37 @@ fn uint(args: &Value, k: &str) -> Result<Option<u64>, BadArgs> {
     }
 }
 
-/// The command line a tool call runs.
-fn command_line(name: &str, args: &Value) -> Result<Vec<String>, BadArgs> {
-    let mut argv: Vec<String> = Vec::new();
+/// A command line a tool call runs, with its standard input.
+struct Line {
+    args: Vec<String>,
+    input: Option<Vec<u8>>,
+}
+
+impl Line {
+    fn new(args: Vec<String>) -> Line {
+        Line { args, input: None }
+    }
+}
+
+/// The command lines a tool call runs, in order (`tag` may need `tag` and `untag`).
+fn command_lines(name: &str, args: &Value) -> Result<Vec<Line>, BadArgs> {
+    let mut argv: Vec<String> = vec![];
     match name {
+        "add" => {
+            // The content is the standard input of `cairn add - --name PATH`.
+            argv.extend(["add".into(), "--json".into(), "--name".into(), s(args, "path")?]);
+            for t in strings(args, "tags")? {
+                argv.extend(["--tag".into(), t]);
+            }
+            meta_args(args, &mut argv)?;
+            argv.extend(["--".into(), "-".into()]);
+            return Ok(vec![Line { args: argv, input: Some(s(args, "content")?.into_bytes()) }]);
+        }
         "search" => {
-            argv.extend(["search".into(), "--json".into(), "--".into()]);
-            argv.push(s(args, "query")?);
             let limit = uint(args, "limit")?.unwrap_or(10).clamp(1, 1000);
-            argv.splice(1..1, ["-n".to_string(), limit.to_string()]);
-            let mut f = Vec::new();
-            filter_args(args, &mut f)?;
-            argv.splice(1..1, f);
+            argv.extend(["search".into(), "--json".into(), "-n".into(), limit.to_string()]);
+            filter_args(args, &mut argv)?;
+            argv.extend(["--".into(), s(args, "query")?]);
         }
         "grep" => {
             argv.extend(["grep".into(), "--json".into()]);
@@ -228,75 +244,47 @@ fn command_line(name: &str, args: &Value) -> Result<Vec<String>, BadArgs> {
             if paths.is_empty() {
                 return Err(BadArgs("`paths` must name at least one document".into()));
             }
-            let (add, remove) = (strings(args, "add")?, strings(args, "remove")?);
-            if add.is_empty() && remove.is_empty() {
-                return Err(BadArgs("give `add` and/or `remove`".into()));
-            }
-            // `tag` and/or `untag`: two command lines, separated by a "\0" argument.
-            if !add.is_empty() {
-                argv.push("tag".into());
-                for t in add {
+            let mut lines = Vec::new();
+            for (command, key) in [("tag", "add"), ("untag", "remove")] {
+                let tags = strings(args, key)?;
+                if tags.is_empty() {
+                    continue;
+                }
+                let mut argv = vec![command.to_string()];
+                for t in tags {
                     argv.extend(["-t".into(), t]);
                 }
                 argv.push("--".into());
                 argv.extend(paths.iter().cloned());
+                lines.push(Line::new(argv));
             }
-            if !remove.is_empty() {
-                if !argv.is_empty() {
-                    argv.push("\0".into());
-                }
-                argv.push("untag".into());
-                for t in remove {
-                    argv.extend(["-t".into(), t]);
-                }
-                argv.push("--".into());
-                argv.extend(paths);
+            if lines.is_empty() {
+                return Err(BadArgs("give `add` and/or `remove`".into()));
             }
+            return Ok(lines);
         }
         other => return Err(BadArgs(format!("unknown tool {other:?}"))),
     }
-    Ok(argv)
+    Ok(vec![Line::new(argv)])
 }
 
 fn call(backend: &mut Backend, name: &str, args: &Value) -> Result<Value> {
-    let text = |t: String, is_error: bool| json!({ "content": [{ "type": "text", "text": t }], "isError": is_error });
-    if name == "add" {
-        // The content is the standard input of `cairn add - --name PATH`.
-        let (path, content) = match (s(args, "path"), s(args, "content")) {
-            (Ok(p), Ok(c)) => (p, c),
-            (Err(e), _) | (_, Err(e)) => return Ok(text(e.0, true)),
-        };
-        let mut argv = vec!["add".to_string(), "--json".into(), "--name".into(), path];
-        match strings(args, "tags") {
-            Ok(tags) => tags.into_iter().for_each(|t| argv.extend(["--tag".into(), t])),
-            Err(e) => return Ok(text(e.0, true)),
-        }
-        if let Some(m) = args.get("meta").and_then(Value::as_object) {
-            for (k, v) in m {
-                let Some(v) = v.as_str() else { return Ok(text("`meta` values must be strings".into(), true)) };
-                argv.extend(["--meta".into(), format!("{k}={v}")]);
-            }
-        }
-        argv.extend(["--".into(), "-".into()]);
-        let (code, out, err) = backend.run(argv, Some(content.into_bytes()))?;
-        return Ok(result(code, out, err));
-    }
-    let argv = match command_line(name, args) {
-        Ok(a) => a,
-        Err(e) => return Ok(text(e.0, true)),
+    let lines = match command_lines(name, args) {
+        Ok(l) => l,
+        Err(e) => return Ok(json!({ "content": [{ "type": "text", "text": e.0 }], "isError": true })),
     };
     let mut outs = Vec::new();
     let mut errs = Vec::new();
     let mut code = 0;
-    for part in argv.split(|a| a == "\0") {
-        let (c, o, e) = backend.run(part.to_vec(), None)?;
+    for line in lines {
+        let (c, o, e) = backend.run(line.args, line.input)?;
         outs.extend(o);
         errs.extend(e);
         code = code.max(c);
     }
     // grep exits 1 when nothing matches: not an error for an agent.
     if name == "grep" && code == 1 && errs.is_empty() {
-        return Ok(text("no matches".into(), false));
+        return Ok(result(0, b"no matches".to_vec(), errs));
     }
     Ok(result(code, outs, errs))
 }
@@ -369,9 +357,7 @@ pub fn run(data: &Path, remote: bool, addr: Option<&str>) -> Result<()> {
             "tools/list" => Ok(json!({ "tools": tools() })),
             "tools/call" => match params.get("name").and_then(Value::as_str) {
                 None => Err((-32602, "tools/call needs a tool name".to_string())),
-                Some(name) if !tools().as_array().expect("array").iter().any(|t| t["name"] == name) => {
-                    Err((-32602, format!("unknown tool {name:?}")))
-                }
+                Some(name) if !TOOLS.contains(&name) => Err((-32602, format!("unknown tool {name:?}"))),
                 Some(name) => {
                     let args = params.get("arguments").cloned().unwrap_or(json!({}));
                     call(&mut backend, name, &args).map_err(|e| (-32603, format!("{e:#}")))
@@ -385,4 +371,19 @@ pub fn run(data: &Path, remote: bool, addr: Option<&str>) -> Result<()> {
         ctx.finish()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listed_tools_are_the_callable_ones() {
+        let listed: Vec<String> =
+            tools().as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().into()).collect();
+        assert_eq!(listed, TOOLS);
+        let lines = command_lines("tag", &json!({ "paths": ["a"], "add": ["x"], "remove": ["y"] })).unwrap();
+        let argv: Vec<Vec<String>> = lines.into_iter().map(|l| l.args).collect();
+        assert_eq!(argv, [["tag", "-t", "x", "--", "a"], ["untag", "-t", "y", "--", "a"]]);
+    }
 }

@@ -15,8 +15,9 @@ use crate::kv::KvCommand;
 /// The daemon to use, if any: `--addr`, else the data directory's socket (required with
 /// `--remote`; used when it answers otherwise).
 pub fn target(data: &Path, remote: bool, addr: Option<&str>) -> Result<Option<Client>> {
-    let token = crate::serve::token(data)?;
     if let Some(a) = addr {
+        // Only TCP daemons check the token; the socket's file mode guards the Unix socket.
+        let token = crate::serve::token(data)?;
         return Ok(Some(client::connect(a, token.as_deref())?));
     }
     let sock = cairn_server::socket_path(data);

@@ -1,16 +1,15 @@
 //! `cairn serve`: the daemon.
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use cairn_server::{CliIo, CliRunner, Config, ServeLock, Services, Shutdown};
-use clap::{Args, Parser};
+use clap::Args;
 
 use crate::ctx::{Ctx, open_services};
-use crate::{Cli, execute, exit_status};
+use crate::run_line;
 
 /// `cairn serve` options.
 #[derive(Args, Debug)]
@@ -62,19 +61,9 @@ struct Runner {
 }
 
 impl CliRunner for Runner {
-    fn run(&self, args: Vec<String>, mut io: CliIo) -> u8 {
-        let cli = match Cli::try_parse_from(std::iter::once("cairn".to_string()).chain(args)) {
-            Ok(c) => c,
-            Err(e) => {
-                let text = e.render().to_string();
-                let _ =
-                    if e.use_stderr() { io.err.write_all(text.as_bytes()) } else { io.out.write_all(text.as_bytes()) };
-                return e.exit_code().clamp(0, 255) as u8;
-            }
-        };
+    fn run(&self, args: Vec<String>, io: CliIo) -> u8 {
         let (mut ctx, mut out) = Ctx::shared(self.data.clone(), self.services.clone(), io);
-        let result = execute(&mut ctx, cli.command, &mut out).and_then(|()| out.flush().map_err(Into::into));
-        exit_status(result, &mut ctx.err)
+        run_line(&mut ctx, args, &mut out)
     }
 }
 

@@ -194,9 +194,7 @@ fn cli_output_is_the_same_through_the_daemon() {
 }
 
 fn raw_frame(stream: u32, msg: &ClientMsg) -> Vec<u8> {
-    let mut b = Vec::new();
-    frame::encode(&mut b, stream, cairn_proto::FLAG_END, &msg.encode());
-    b
+    msg.to_frame(stream, true)
 }
 
 fn hello() -> Vec<u8> {
@@ -580,5 +578,33 @@ fn http_rest_with_bearer_token() {
     for p in ["/v1/docs", "/v1/search", "/v1/grep", "/v1/snapshots", "/v1/kv/{key}"] {
         assert!(v["paths"][p].is_object(), "{p} missing");
     }
+    daemon.stop();
+}
+
+#[test]
+fn get_streams_content_in_chunks() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    let daemon = Daemon::start(&d, &[]);
+    let mut c = daemon.client();
+    for (path, len) in [("empty", 0usize), ("one-chunk", 64 << 10), ("more", (150 << 10) + 7)] {
+        let content: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+        let added = c.call(Request::Add { path: path.into(), content: content.clone(), tags: vec![], meta: vec![] });
+        assert!(matches!(added, Ok(ServerMsg::Added { .. })), "{added:?}");
+        let mut got = Vec::new();
+        let mut frames = 0;
+        c.call_stream(Request::Get { path: path.into(), version: None }, |m| {
+            let ServerMsg::Data(b) = m else { panic!("{m:?}") };
+            assert!(b.len() <= 64 << 10);
+            got.extend(b);
+            frames += 1;
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, content, "{path}");
+        assert_eq!(frames, len / (64 << 10) + 1, "{path}: whole chunks, then a short (maybe empty) END chunk");
+    }
+    let missing = c.call_stream(Request::Get { path: "nope".into(), version: None }, |_| Ok(()));
+    assert!(format!("{:#}", missing.unwrap_err()).contains("NotFound"));
     daemon.stop();
 }

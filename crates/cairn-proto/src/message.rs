@@ -213,6 +213,13 @@ pub enum ServerMsg {
 #[error("malformed message: {0}")]
 pub struct DecodeError(pub String);
 
+/// One whole frame carrying `payload`.
+fn framed(stream: u32, end: bool, payload: &[u8]) -> Vec<u8> {
+    let mut b = Vec::with_capacity(crate::HEADER_LEN + payload.len());
+    crate::frame::encode(&mut b, stream, if end { crate::FLAG_END } else { 0 }, payload);
+    b
+}
+
 fn to_vec<T: Serialize>(m: &T) -> Vec<u8> {
     postcard::to_allocvec(m).expect("messages always serialize")
 }
@@ -234,6 +241,10 @@ impl ClientMsg {
     pub fn decode(b: &[u8]) -> Result<ClientMsg, DecodeError> {
         from_slice(b)
     }
+    /// The message as one frame on `stream` (`end`: flagged END).
+    pub fn to_frame(&self, stream: u32, end: bool) -> Vec<u8> {
+        framed(stream, end, &self.encode())
+    }
 }
 
 impl ServerMsg {
@@ -244,6 +255,10 @@ impl ServerMsg {
     /// Decodes a whole payload (trailing bytes are an error).
     pub fn decode(b: &[u8]) -> Result<ServerMsg, DecodeError> {
         from_slice(b)
+    }
+    /// The message as one frame on `stream` (`end`: flagged END).
+    pub fn to_frame(&self, stream: u32, end: bool) -> Vec<u8> {
+        framed(stream, end, &self.encode())
     }
     /// An error message.
     pub fn error(code: ErrorCode, message: impl Into<String>) -> ServerMsg {

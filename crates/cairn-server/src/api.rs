@@ -121,13 +121,14 @@ fn typed(shared: &Shared, req: Request, sink: &Sink) -> anyhow::Result<()> {
         }
         Request::Get { path, version } => {
             let mut r = m.reader(&path, version)?;
-            let mut buf = vec![0u8; CHUNK];
             loop {
-                // A short read is the end; content of a whole number of chunks ends with an
+                // A short chunk is the end; content of a whole number of chunks ends with an
                 // empty END frame.
-                let n = read_full(&mut r, &mut buf)?;
-                sink.send(&ServerMsg::Data(buf[..n].to_vec()), n < CHUNK)?;
-                if n < CHUNK {
+                let mut chunk = Vec::with_capacity(CHUNK);
+                (&mut r).take(CHUNK as u64).read_to_end(&mut chunk)?;
+                let end = chunk.len() < CHUNK;
+                sink.send(&ServerMsg::Data(chunk), end)?;
+                if end {
                     break;
                 }
             }
@@ -135,19 +136,6 @@ fn typed(shared: &Shared, req: Request, sink: &Sink) -> anyhow::Result<()> {
         Request::Cli { .. } => unreachable!("handled by the caller"),
     }
     Ok(())
-}
-
-fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match r.read(&mut buf[n..]) {
-            Ok(0) => break,
-            Ok(k) => n += k,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(n)
 }
 
 /// Standard input of a daemon-run command: chunks the client streams.

@@ -71,9 +71,7 @@ impl Client {
     }
 
     fn send(&mut self, stream: u32, m: &ClientMsg, end: bool) -> Result<()> {
-        let mut buf = Vec::new();
-        frame::encode(&mut buf, stream, if end { FLAG_END } else { 0 }, &m.encode());
-        self.w.write_all(&buf)?;
+        self.w.write_all(&m.to_frame(stream, end))?;
         Ok(())
     }
 
@@ -101,12 +99,13 @@ impl Client {
     /// Sends input for a request (`end`: the last chunk).
     pub fn input(&mut self, stream: u32, chunk: &[u8], end: bool) -> Result<()> {
         let max = self.max_payload as usize - 16;
-        let mut parts = chunk.chunks(max).peekable();
-        if chunk.is_empty() {
-            return self.send(stream, &ClientMsg::Input(Vec::new()), end).and_then(|()| Ok(self.w.flush()?));
+        let mut parts: Vec<&[u8]> = chunk.chunks(max).collect();
+        if parts.is_empty() {
+            parts.push(&[]);
         }
-        while let Some(p) = parts.next() {
-            self.send(stream, &ClientMsg::Input(p.to_vec()), end && parts.peek().is_none())?;
+        let last = parts.len() - 1;
+        for (i, p) in parts.into_iter().enumerate() {
+            self.send(stream, &ClientMsg::Input(p.to_vec()), end && i == last)?;
         }
         self.w.flush()?;
         Ok(())

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -186,9 +186,8 @@ async fn add_doc(State(app): State<App>, body: axum::Json<AddBody>) -> ApiResult
     let path = b.path;
     let added = blocking(&app, move |s| Ok(s.memory.add(vec![NewDoc { path, content }], &opts)?)).await?;
     let a = &added[0];
-    let status = crate::api::status_word(a.status);
-    let code = if status == "unchanged" { StatusCode::OK } else { StatusCode::CREATED };
-    Ok((code, axum::Json(json!({ "status": status, "doc": a.doc }))))
+    let code = if a.status == cairn_docs::AddStatus::Unchanged { StatusCode::OK } else { StatusCode::CREATED };
+    Ok((code, axum::Json(json!({ "status": crate::api::status_word(a.status), "doc": a.doc }))))
 }
 
 async fn list_docs(State(app): State<App>, q: Query<FilterQuery>) -> ApiResult<axum::Json<Value>> {
@@ -294,8 +293,8 @@ async fn search(State(app): State<App>, q: Query<SearchQuery>) -> ApiResult<axum
     Ok(axum::Json(search_json(&r)))
 }
 
-/// The JSON form of search results (shared with MCP).
-pub fn search_json(r: &cairn_docs::SearchResults) -> Value {
+/// The JSON form of search results.
+fn search_json(r: &cairn_docs::SearchResults) -> Value {
     let hits: Vec<Value> = r
         .hits
         .iter()
@@ -344,8 +343,8 @@ async fn grep(State(app): State<App>, q: Query<GrepQuery>) -> ApiResult<axum::Js
     Ok(axum::Json(v))
 }
 
-/// Runs a grep and returns its JSON form (shared with MCP).
-pub fn grep_json(s: &Services, opts: &GrepOptions) -> anyhow::Result<Value> {
+/// Runs a grep and returns its JSON form.
+fn grep_json(s: &Services, opts: &GrepOptions) -> anyhow::Result<Value> {
     let mut files = Vec::new();
     let stats = s.memory.grep(opts, |f| {
         let lines: Vec<Value> = f
@@ -456,8 +455,8 @@ async fn delete_kv(State(app): State<App>, Path(key): Path<String>) -> ApiResult
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn openapi(_: HeaderMap) -> axum::Json<Value> {
-    axum::Json(serde_json::from_str(OPENAPI).expect("the OpenAPI document is valid JSON"))
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
 }
 
 /// The OpenAPI 3.1 description of the routes.

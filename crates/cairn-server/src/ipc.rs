@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use cairn_proto::frame::{self, HEADER_LEN};
-use cairn_proto::{ClientMsg, ErrorCode, FLAG_END, Frame, Request, ServerMsg};
+use cairn_proto::{ClientMsg, ErrorCode, Frame, Request, ServerMsg};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, UnixListener};
 use tokio::sync::{Semaphore, mpsc};
@@ -101,9 +101,9 @@ impl Sink {
         if self.cancel.load(Ordering::Relaxed) {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "request cancelled"));
         }
-        let mut buf = Vec::new();
-        frame::encode(&mut buf, self.stream, if end { FLAG_END } else { 0 }, &msg.encode());
-        self.tx.blocking_send(buf).map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"))
+        self.tx
+            .blocking_send(msg.to_frame(self.stream, end))
+            .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"))
     }
 
     /// Whether the client cancelled the request or went away.
@@ -114,9 +114,7 @@ impl Sink {
     /// Sends the final frame after a failure, unless the client cancelled or left.
     pub fn fail(&self, code: ErrorCode, message: String) {
         let code = if self.cancel.load(Ordering::Relaxed) { ErrorCode::Cancelled } else { code };
-        let mut buf = Vec::new();
-        frame::encode(&mut buf, self.stream, FLAG_END, &ServerMsg::error(code, message).encode());
-        let _ = self.tx.blocking_send(buf);
+        let _ = self.tx.blocking_send(ServerMsg::error(code, message).to_frame(self.stream, true));
     }
 }
 
@@ -152,9 +150,7 @@ async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: u32) -> Result<Option<
 }
 
 async fn send_now(tx: &mpsc::Sender<Vec<u8>>, stream: u32, msg: ServerMsg) {
-    let mut buf = Vec::new();
-    frame::encode(&mut buf, stream, FLAG_END, &msg.encode());
-    let _ = tx.send(buf).await;
+    let _ = tx.send(msg.to_frame(stream, true)).await;
 }
 
 /// Serves one connection until the client leaves, breaks the protocol, or shutdown.

@@ -70,8 +70,6 @@ pub trait CliRunner: Send + Sync + 'static {
 /// Where and how the daemon listens.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The data directory (for messages).
-    pub data_dir: PathBuf,
     /// The Unix socket (default `<data dir>/cairn.sock`).
     pub socket: PathBuf,
     /// Optional TCP address for framed IPC (needs a token).
@@ -96,7 +94,6 @@ impl Config {
     /// Defaults for a data directory.
     pub fn new(data_dir: &Path) -> Config {
         Config {
-            data_dir: data_dir.to_path_buf(),
             socket: socket_path(data_dir),
             tcp: None,
             http: None,
