@@ -40,6 +40,9 @@ pub enum Error {
     /// The search query or grep pattern is malformed.
     #[error("bad query: {0}")]
     Query(String),
+    /// A group commit this call was part of failed; nothing of the group was written.
+    #[error(transparent)]
+    Shared(std::sync::Arc<Error>),
 }
 
 impl Error {

@@ -74,8 +74,12 @@ impl SearchIndex {
 
     /// Replaces the entry of `id`: removes it, then adds the new text if any.
     pub fn replace(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Result<()> {
-        let w = self.writer.lock();
-        w.delete_term(Term::from_field_u64(self.f.id, id));
+        self.writer.lock().delete_term(Term::from_field_u64(self.f.id, id));
+        self.insert(id, path, text)
+    }
+
+    /// Adds the entry of an `id` the index has never held (no delete to apply).
+    pub fn insert(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Result<()> {
         if let Some((title, body)) = text {
             let mut d = TantivyDocument::new();
             d.add_u64(self.f.id, id);
@@ -84,7 +88,7 @@ impl SearchIndex {
                 d.add_text(self.f.title, t);
             }
             d.add_text(self.f.body, body);
-            w.add_document(d)?;
+            self.writer.lock().add_document(d)?;
         }
         Ok(())
     }

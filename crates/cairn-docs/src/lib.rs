@@ -182,6 +182,15 @@ struct Inner {
     store: Store,
     index: index::SearchIndex,
     write: Mutex<WriteState>,
+    /// Add jobs waiting for the next group commit.
+    queue: Mutex<Vec<AddJob>>,
+}
+
+/// One `add` call waiting to be written by whoever holds the write lock next.
+struct AddJob {
+    staged: Vec<Staged>,
+    opts: AddOptions,
+    slot: Arc<Mutex<Option<Result<Vec<Added>>>>>,
 }
 
 /// The document memory. Cheap to clone; all clones share one engine, store and index.
@@ -221,7 +230,7 @@ impl Memory {
             None => 0,
         };
         let write = Mutex::new(WriteState { next_id, next_seq, uncommitted: Vec::new() });
-        let m = Memory { inner: Arc::new(Inner { db, store, index, write }) };
+        let m = Memory { inner: Arc::new(Inner { db, store, index, write, queue: Mutex::default() }) };
         m.reconcile(created)?;
         Ok(m)
     }
@@ -313,78 +322,118 @@ impl Memory {
     pub fn add(&self, docs: Vec<NewDoc>, opts: &AddOptions) -> Result<Vec<Added>> {
         check_labels(opts)?;
         let staged: Vec<Staged> = docs.into_par_iter().map(|d| self.stage(d)).collect::<Result<_>>()?;
+        // Group commit: queue the job, then take the write lock. Whoever holds the lock writes
+        // every queued job in one batch (one pack sync, one engine write), so concurrent adds
+        // share their syncs instead of waiting in line for them.
+        let slot: Arc<Mutex<Option<Result<Vec<Added>>>>> = Arc::default();
+        self.inner.queue.lock().push(AddJob { staged, opts: opts.clone(), slot: slot.clone() });
         let mut w = self.inner.write.lock();
+        if let Some(r) = slot.lock().take() {
+            return r;
+        }
+        let jobs = std::mem::take(&mut *self.inner.queue.lock());
+        let slots: Vec<_> = jobs.iter().map(|j| j.slot.clone()).collect();
+        match self.add_group(&mut w, jobs) {
+            Ok(outs) => {
+                for (s, out) in slots.iter().zip(outs) {
+                    *s.lock() = Some(Ok(out));
+                }
+            }
+            Err(e) => {
+                let e = Arc::new(e);
+                for s in &slots {
+                    *s.lock() = Some(Err(Error::Shared(e.clone())));
+                }
+            }
+        }
+        drop(w);
+        let r = slot.lock().take();
+        r.unwrap_or_else(|| Err(Error::InvalidArgument("add job lost".into())))
+    }
+
+    /// Writes queued add jobs in one batch; one list of outcomes per job.
+    fn add_group(&self, w: &mut WriteState, jobs: Vec<AddJob>) -> Result<Vec<Vec<Added>>> {
         let now = rows::now_micros();
+        // Ids from here on are new: the index holds nothing under them (ids above the highest
+        // document are only reused after a removal, whose index delete open() has replayed).
+        let first_new = w.next_id;
         let mut batch = self.inner.store.batch();
         let mut touched: HashMap<String, (DocRecord, Option<DocRecord>)> = HashMap::new();
-        let mut out = Vec::with_capacity(staged.len());
+        let mut outs = Vec::with_capacity(jobs.len());
         let mut reindex: Vec<(u64, Option<extract::Extracted>)> = Vec::new();
-        for s in staged {
-            let before = match touched.get(&s.path) {
-                Some((now, _)) => Some(now.clone()),
-                None => self.doc_by_path(&s.path)?,
-            };
-            let hash = s.prepared.id().to_hex();
-            let (mut doc, status) = match &before {
-                Some(d) if d.hash == hash => (d.clone(), AddStatus::Unchanged),
-                _ => {
-                    let put = match batch.put_prepared(s.prepared) {
-                        Err(cairn_cas::Error::Stale(_)) => {
-                            return Err(Error::InvalidArgument("content changed under a concurrent gc; retry".into()));
-                        }
-                        r => r?,
-                    };
-                    let (id, version, created, tags, meta) = match &before {
-                        Some(d) => (d.id, d.version + 1, d.created, d.tags.clone(), d.meta.clone()),
-                        None => {
-                            w.next_id += 1;
-                            (w.next_id - 1, 1, now, BTreeSet::new(), BTreeMap::new())
-                        }
-                    };
-                    let indexed = s.text.is_some();
-                    let doc = DocRecord {
-                        id,
-                        path: s.path.clone(),
-                        version,
-                        hash: hash.clone(),
-                        size: put.size,
-                        mime: s.kind.mime().to_string(),
-                        title: s.text.as_ref().and_then(|t| t.title.clone()),
-                        indexed,
-                        created,
-                        updated: now,
-                        tags,
-                        meta,
-                    };
-                    let v = VersionRecord { version, hash, size: doc.size, mime: doc.mime.clone(), added: now };
-                    batch.kv_put(rows::version_key(id, version), encode(&v))?;
-                    let seq = w.next_seq;
-                    w.next_seq += 1;
-                    batch.kv_put(rows::queue_key(seq), id.to_be_bytes())?;
-                    w.uncommitted.push(seq);
-                    reindex.retain(|(i, _)| *i != id);
-                    reindex.push((id, s.text));
-                    let status = if before.is_some() { AddStatus::NewVersion } else { AddStatus::Added };
-                    (doc, status)
+        for job in jobs {
+            let opts = &job.opts;
+            let mut out = Vec::with_capacity(job.staged.len());
+            for s in job.staged {
+                let before = match touched.get(&s.path) {
+                    Some((now, _)) => Some(now.clone()),
+                    None => self.doc_by_path(&s.path)?,
+                };
+                let hash = s.prepared.id().to_hex();
+                let (mut doc, status) = match &before {
+                    Some(d) if d.hash == hash => (d.clone(), AddStatus::Unchanged),
+                    _ => {
+                        let put = match batch.put_prepared(s.prepared) {
+                            Err(cairn_cas::Error::Stale(_)) => {
+                                return Err(Error::InvalidArgument(
+                                    "content changed under a concurrent gc; retry".into(),
+                                ));
+                            }
+                            r => r?,
+                        };
+                        let (id, version, created, tags, meta) = match &before {
+                            Some(d) => (d.id, d.version + 1, d.created, d.tags.clone(), d.meta.clone()),
+                            None => {
+                                w.next_id += 1;
+                                (w.next_id - 1, 1, now, BTreeSet::new(), BTreeMap::new())
+                            }
+                        };
+                        let indexed = s.text.is_some();
+                        let doc = DocRecord {
+                            id,
+                            path: s.path.clone(),
+                            version,
+                            hash: hash.clone(),
+                            size: put.size,
+                            mime: s.kind.mime().to_string(),
+                            title: s.text.as_ref().and_then(|t| t.title.clone()),
+                            indexed,
+                            created,
+                            updated: now,
+                            tags,
+                            meta,
+                        };
+                        let v = VersionRecord { version, hash, size: doc.size, mime: doc.mime.clone(), added: now };
+                        batch.kv_put(rows::version_key(id, version), encode(&v))?;
+                        let seq = w.next_seq;
+                        w.next_seq += 1;
+                        batch.kv_put(rows::queue_key(seq), id.to_be_bytes())?;
+                        w.uncommitted.push(seq);
+                        reindex.retain(|(i, _)| *i != id);
+                        reindex.push((id, s.text));
+                        let status = if before.is_some() { AddStatus::NewVersion } else { AddStatus::Added };
+                        (doc, status)
+                    }
+                };
+                let mut changed = status != AddStatus::Unchanged;
+                for t in &opts.tags {
+                    changed |= doc.tags.insert(t.clone());
                 }
-            };
-            let mut changed = status != AddStatus::Unchanged;
-            for t in &opts.tags {
-                changed |= doc.tags.insert(t.clone());
+                for (k, v) in &opts.meta {
+                    changed |= doc.meta.get(k) != Some(v);
+                    doc.meta.insert(k.clone(), v.clone());
+                }
+                if changed {
+                    doc.updated = now;
+                }
+                let original = match touched.remove(&s.path) {
+                    Some((_, original)) => original,
+                    None => before,
+                };
+                out.push(Added { doc: doc.clone(), status });
+                touched.insert(s.path, (doc, original));
             }
-            for (k, v) in &opts.meta {
-                changed |= doc.meta.get(k) != Some(v);
-                doc.meta.insert(k.clone(), v.clone());
-            }
-            if changed {
-                doc.updated = now;
-            }
-            let original = match touched.remove(&s.path) {
-                Some((_, original)) => original,
-                None => before,
-            };
-            out.push(Added { doc: doc.clone(), status });
-            touched.insert(s.path, (doc, original));
+            outs.push(out);
         }
         for (doc, before) in touched.values() {
             if before.as_ref() != Some(doc) {
@@ -394,13 +443,18 @@ impl Memory {
         batch.commit()?;
         for (id, text) in reindex {
             let Some((doc, _)) = touched.values().find(|(d, _)| d.id == id) else { continue };
-            self.inner.index.replace(id, &doc.path, text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())))?;
+            let text = text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str()));
+            if id >= first_new {
+                self.inner.index.insert(id, &doc.path, text)?;
+            } else {
+                self.inner.index.replace(id, &doc.path, text)?;
+            }
         }
         // Keep the uncommitted index work bounded.
         if w.uncommitted.len() >= 50_000 {
-            self.commit_locked(&mut w)?;
+            self.commit_locked(w)?;
         }
-        Ok(out)
+        Ok(outs)
     }
 
     /// Adds one document from a reader, streaming its content into the store in bounded memory.

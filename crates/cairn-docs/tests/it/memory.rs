@@ -1,4 +1,6 @@
-use cairn_docs::{AddOptions, AddStatus, Error, Filter, Memory, NewDoc};
+use std::collections::BTreeSet;
+
+use cairn_docs::{AddOptions, AddStatus, Error, Filter, Memory, NewDoc, SearchOptions};
 
 use crate::{add, doc, tagged};
 
@@ -170,4 +172,37 @@ fn bad_input_gets_clear_errors() {
     assert!(bad(m.list(&Filter { path_glob: Some("[".into()), ..Default::default() }).map(|_| ())));
     // Nothing of the rejected adds was stored.
     assert_eq!(m.stats().unwrap().documents, 0);
+}
+
+#[test]
+fn concurrent_adds_are_group_committed_without_losing_any() {
+    let t = tempfile::tempdir().unwrap();
+    let m = Memory::open(t.path()).unwrap();
+    let threads = 8;
+    let per = 40;
+    std::thread::scope(|s| {
+        for th in 0..threads {
+            let m = m.clone();
+            s.spawn(move || {
+                for i in 0..per {
+                    let own = add(&m, &format!("/t{th}/{i}.txt"), &format!("thread{th} item{i} zebra"));
+                    assert_eq!(own.status, AddStatus::Added);
+                    // Every thread also writes new versions of one shared path.
+                    let opts = tagged(&[&format!("t{th}")]);
+                    m.add(vec![doc("/shared.txt", &format!("shared by {th} at {i}"))], &opts).unwrap();
+                }
+            });
+        }
+    });
+    let ids: BTreeSet<u64> = m.list(&Default::default()).unwrap().iter().map(|d| d.id).collect();
+    assert_eq!(ids.len(), threads * per + 1, "every document has its own id");
+    let shared = m.get("/shared.txt").unwrap();
+    assert_eq!(shared.version as usize, threads * per, "every shared add made a version");
+    assert_eq!(m.versions("/shared.txt").unwrap().len(), threads * per);
+    assert_eq!(shared.tags.len(), threads, "tags of every group member kept");
+    let r = m.search("zebra", &SearchOptions { limit: 1000, ..Default::default() }).unwrap();
+    assert_eq!(r.total, threads * per);
+    drop(m);
+    let m = Memory::open(t.path()).unwrap();
+    assert_eq!(m.list(&Default::default()).unwrap().len(), threads * per + 1);
 }
