@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -211,16 +212,20 @@ pub fn run(a: ServeArgs) -> Result<()> {
     );
     let mut base = 0usize;
     for &n in &a.clients {
-        let start = Instant::now();
+        // Every client connects first; the clock runs from when all of them may start adding.
+        let ready = Arc::new(std::sync::Barrier::new(n + 1));
         let handles: Vec<_> = (0..n)
             .map(|k| {
                 let sock = daemon.sock.clone();
                 let per = a.per_client;
                 let id = base + k;
+                let ready = ready.clone();
                 std::thread::spawn(move || -> (Histogram<u64>, usize) {
                     let mut h = hist();
                     let mut failures = 0;
-                    let Ok(mut c) = client::connect_unix(&sock, None) else { return (h, per) };
+                    let c = client::connect_unix(&sock, None);
+                    ready.wait();
+                    let Ok(mut c) = c else { return (h, per) };
                     for i in 0..per {
                         let t = Instant::now();
                         let req = Request::Add {
@@ -240,6 +245,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
                 })
             })
             .collect();
+        ready.wait();
+        let start = Instant::now();
         let mut h = hist();
         let mut failures = 0;
         for j in handles {

@@ -535,6 +535,22 @@ fn http_rest_with_bearer_token() {
     assert!(v["hits"][0]["snippet"]["text"].as_str().unwrap().contains("group commit"));
     let (code, body) = http(&addr, "GET", "/v1/doc/content?path=notes/a.md", tok, None);
     assert_eq!((code, body.as_str()), (200, "# Alpha\nThe group commit protocol batches fsync calls."));
+    // A large document streams out whole (in 64 KiB pieces), a missing one is a 404.
+    let mut big = String::new();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    while big.len() < 3 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        big += &format!("{x:016x}\n");
+    }
+    let (code, _, err) = run(&d, &["--remote", "add", "-", "--name", "big.txt"], Some(&big));
+    assert_eq!(code, 0, "{err}");
+    let (code, body) = http(&addr, "GET", "/v1/doc/content?path=big.txt", tok, None);
+    assert_eq!(code, 200);
+    assert!(body == big, "content of {} bytes came back as {} bytes", big.len(), body.len());
+    let (code, _) = http(&addr, "GET", "/v1/doc/content?path=nope", tok, None);
+    assert_eq!(code, 404);
     let (code, body) = http(&addr, "GET", "/v1/docs?tag=x&meta=k=v", tok, None);
     assert!(code == 200 && body.contains("notes/a.md"), "{body}");
     let (code, _) = http(&addr, "POST", "/v1/tags", tok, Some(r#"{"paths":["notes/a.md"],"add":["y"]}"#));

@@ -24,7 +24,7 @@ pub enum ClientMsg {
     Request(Request),
     /// Input for the stream's request (`cairn add -` over the daemon); the END flag marks the
     /// last chunk.
-    Input(Vec<u8>),
+    Input(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Stop the stream's request; the server answers with an `Error { code: Cancelled }` end
     /// frame unless the request already ended.
     Cancel,
@@ -75,6 +75,7 @@ pub enum Request {
         /// Document path.
         path: String,
         /// Content.
+        #[serde(with = "serde_bytes")]
         content: Vec<u8>,
         /// Tags to add.
         tags: Vec<String>,
@@ -167,11 +168,11 @@ pub enum ServerMsg {
     /// Answer to `Ping`.
     Pong,
     /// Bytes (`Echo`, `Get`).
-    Data(Vec<u8>),
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Standard output of a `Cli` request.
-    Stdout(Vec<u8>),
+    Stdout(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Standard error of a `Cli` request.
-    Stderr(Vec<u8>),
+    Stderr(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The exit status of a `Cli` request (last frame).
     Exit(u8),
     /// Answer to `Add`.
@@ -213,10 +214,10 @@ pub enum ServerMsg {
 #[error("malformed message: {0}")]
 pub struct DecodeError(pub String);
 
-/// One whole frame carrying `payload`.
-fn framed(stream: u32, end: bool, payload: &[u8]) -> Vec<u8> {
-    let mut b = Vec::with_capacity(crate::HEADER_LEN + payload.len());
-    crate::frame::encode(&mut b, stream, if end { crate::FLAG_END } else { 0 }, payload);
+/// `m` encoded as one whole frame, serialized straight behind the header.
+fn framed<T: Serialize>(m: &T, stream: u32, end: bool) -> Vec<u8> {
+    let mut b = postcard::to_extend(m, vec![0u8; crate::HEADER_LEN]).expect("messages always serialize");
+    crate::frame::seal(&mut b, stream, if end { crate::FLAG_END } else { 0 });
     b
 }
 
@@ -243,7 +244,7 @@ impl ClientMsg {
     }
     /// The message as one frame on `stream` (`end`: flagged END).
     pub fn to_frame(&self, stream: u32, end: bool) -> Vec<u8> {
-        framed(stream, end, &self.encode())
+        framed(self, stream, end)
     }
 }
 
@@ -258,7 +259,7 @@ impl ServerMsg {
     }
     /// The message as one frame on `stream` (`end`: flagged END).
     pub fn to_frame(&self, stream: u32, end: bool) -> Vec<u8> {
-        framed(stream, end, &self.encode())
+        framed(self, stream, end)
     }
     /// An error message.
     pub fn error(code: ErrorCode, message: impl Into<String>) -> ServerMsg {

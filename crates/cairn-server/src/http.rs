@@ -210,12 +210,35 @@ async fn get_doc(State(app): State<App>, q: Query<DocQuery>) -> ApiResult<axum::
 
 async fn get_content(State(app): State<App>, q: Query<DocQuery>) -> ApiResult<Response> {
     let DocQuery { path, version } = q.0;
-    let (mime, bytes) = blocking(&app, move |s| {
+    // The content streams out in 64 KiB pieces read on the blocking pool, so a large document
+    // never sits whole in memory; a slow client holds back the reader through the channel.
+    let (tx, rx) = tokio::sync::mpsc::channel::<std::io::Result<Bytes>>(4);
+    let mime = blocking(&app, move |s| {
         let doc = s.memory.get(&path)?;
-        Ok((doc.mime, s.memory.content(&path, version)?))
+        let mut r = s.memory.reader(&path, version)?;
+        tokio::task::spawn_blocking(move || {
+            use std::io::Read;
+            loop {
+                let mut buf = vec![0u8; 64 << 10];
+                let item = match r.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(n) => {
+                        buf.truncate(n);
+                        Ok(Bytes::from(buf))
+                    }
+                    Err(e) => Err(e),
+                };
+                let stop = item.is_err();
+                if tx.blocking_send(item).is_err() || stop {
+                    return;
+                }
+            }
+        });
+        Ok(doc.mime)
     })
     .await?;
-    Ok(([(header::CONTENT_TYPE, mime)], bytes).into_response())
+    let body = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|item| (item, rx)) });
+    Ok(([(header::CONTENT_TYPE, mime)], axum::body::Body::from_stream(body)).into_response())
 }
 
 async fn delete_doc(State(app): State<App>, q: Query<DocQuery>) -> ApiResult<axum::Json<Value>> {

@@ -155,7 +155,9 @@ async fn send_now(tx: &mpsc::Sender<Vec<u8>>, stream: u32, msg: ServerMsg) {
 
 /// Serves one connection until the client leaves, breaks the protocol, or shutdown.
 pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(s: S, shared: Arc<Shared>, needs_token: bool) {
-    let (mut rd, wr) = tokio::io::split(s);
+    let (rd, wr) = tokio::io::split(s);
+    // Buffered: a frame's header and payload usually arrive in one read.
+    let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
     let (out_tx, mut out_rx) = mpsc::channel::<Vec<u8>>(OUT_QUEUE);
     let writer = tokio::spawn(async move {
         let mut w = BufWriter::with_capacity(64 << 10, wr);
