@@ -1,0 +1,713 @@
+//! Record tables over cairn-kv: JSON objects keyed by a primary-key attribute, an optional
+//! schema checked on every write, hash and range secondary indexes kept in the same engine
+//! write as their record, FIQL queries planned onto the indexes, optimistic multi-record
+//! transactions and conditional writes.
+//!
+//! Every write is a cairn-kv optimistic transaction that reads the table definition and the
+//! record and writes the record with its index changes; the engine validates the reads at
+//! commit, so a concurrent index creation or change of the same record makes it retry rather
+//! than leave an index out of step. An index created on a populated table is filled by a
+//! background builder in chunks (each chunk a transaction over the records it reads); queries
+//! use an index only once it is marked ready, so they never see a half-built one.
+
+#![deny(missing_docs)]
+
+mod error;
+pub mod fiql;
+pub mod keys;
+mod query;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use cairn_kv::{Db, Transaction, WriteOptions};
+use parking_lot::Mutex;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use error::{Error, Result};
+pub use query::{Query, QueryResult};
+
+/// Attempts of a transaction before [`Error::Conflict`].
+pub const RETRIES: usize = 32;
+/// Records an index builder covers per transaction.
+const BUILD_CHUNK: usize = 512;
+
+/// The kind of a secondary index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IndexKind {
+    /// Equality (`==`, `=in=`): entries keyed by a 64-bit hash of the value.
+    Hash,
+    /// Equality, ranges and prefixes: entries keyed by the order-preserving value.
+    Range,
+}
+
+/// A secondary index.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct IndexDef {
+    /// Its name, unique in the table.
+    pub name: String,
+    /// The indexed attribute (dotted path; arrays index each element).
+    pub attr: String,
+    /// Hash or range.
+    pub kind: IndexKind,
+    /// Number in the keyspace.
+    pub id: u32,
+    /// Filled: queries may use it.
+    pub ready: bool,
+}
+
+/// The JSON type an attribute must have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttrType {
+    /// A string.
+    String,
+    /// Any number.
+    Number,
+    /// A whole number.
+    Integer,
+    /// `true` or `false`.
+    Boolean,
+    /// An object.
+    Object,
+    /// An array.
+    Array,
+    /// Anything.
+    Any,
+}
+
+/// One attribute of a schema.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AttrSpec {
+    /// Its type (`null` is accepted only when not required).
+    #[serde(rename = "type")]
+    pub ty: AttrType,
+    /// Must be present and not null.
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// A table's schema: attributes by dotted path. Attributes not listed are free unless
+/// `strict`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Schema {
+    /// The attributes.
+    pub attributes: BTreeMap<String, AttrSpec>,
+    /// Reject top-level attributes the schema does not list.
+    #[serde(default)]
+    pub strict: bool,
+}
+
+/// A table's definition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TableDef {
+    /// Its name.
+    pub name: String,
+    /// The primary-key attribute (a string or an integer in every record).
+    pub pk: String,
+    /// The schema, if any.
+    pub schema: Option<Schema>,
+    /// Secondary indexes.
+    pub indexes: Vec<IndexDef>,
+    /// Id of the next index created.
+    pub next_index: u32,
+}
+
+/// A stored record.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Record {
+    /// Version: 1 when created, +1 on every change.
+    pub version: u64,
+    /// The JSON object.
+    pub data: Value,
+}
+
+struct Inner {
+    db: Db,
+    closing: AtomicBool,
+    builders: Mutex<Vec<std::thread::JoinHandle<()>>>,
+    build_errors: Mutex<HashMap<(String, String), String>>,
+}
+
+/// The record tables of one engine. Cheap to clone.
+#[derive(Clone)]
+pub struct Tables {
+    inner: Arc<Inner>,
+}
+
+fn check_name(kind: &str, n: &str) -> Result<()> {
+    if n.is_empty() || n.len() > 64 || !n.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-') {
+        return Err(Error::Invalid(format!("{kind} name {n:?}: use 1-64 letters, digits, _ or -")));
+    }
+    Ok(())
+}
+
+fn path_of(attr: &str) -> Vec<String> {
+    attr.split('.').map(str::to_string).collect()
+}
+
+/// The primary key of `rec`, encoded.
+fn pk_of(def: &TableDef, rec: &Value) -> Result<(Vec<u8>, Value)> {
+    let obj = rec.as_object().ok_or_else(|| Error::Invalid("a record must be a JSON object".into()))?;
+    let id = obj.get(&def.pk).ok_or_else(|| Error::Invalid(format!("record has no primary key {:?}", def.pk)))?;
+    encode_id(id).map(|b| (b, id.clone()))
+}
+
+/// Encodes a primary-key value (a string, or an integer).
+pub fn encode_id(id: &Value) -> Result<Vec<u8>> {
+    let ok = match id {
+        Value::String(s) => !s.is_empty() && s.len() <= 1024,
+        Value::Number(n) => n.is_i64() || n.is_u64(),
+        _ => false,
+    };
+    if !ok {
+        return Err(Error::Invalid(format!("primary key {id} must be a non-empty string (up to 1 KiB) or an integer")));
+    }
+    let mut b = Vec::new();
+    keys::encode_scalar(id, &mut b);
+    Ok(b)
+}
+
+fn id_text(id: &Value) -> String {
+    match id {
+        Value::String(s) => s.clone(),
+        v => v.to_string(),
+    }
+}
+
+fn validate(def: &TableDef, rec: &Value) -> Result<()> {
+    let Some(schema) = &def.schema else { return Ok(()) };
+    let obj = rec.as_object().ok_or_else(|| Error::Invalid("a record must be a JSON object".into()))?;
+    if schema.strict {
+        for k in obj.keys() {
+            if k != &def.pk && !schema.attributes.keys().any(|a| a == k || a.starts_with(&format!("{k}."))) {
+                return Err(Error::Invalid(format!("attribute {k:?} is not in the schema of table {}", def.name)));
+            }
+        }
+    }
+    for (attr, spec) in &schema.attributes {
+        let mut v = Some(rec);
+        for part in attr.split('.') {
+            v = v.and_then(|x| x.get(part));
+        }
+        match v {
+            None | Some(Value::Null) if spec.required => {
+                return Err(Error::Invalid(format!("attribute {attr:?} is required")));
+            }
+            None | Some(Value::Null) => {}
+            Some(v) => {
+                let ok = match spec.ty {
+                    AttrType::String => v.is_string(),
+                    AttrType::Number => v.is_number(),
+                    AttrType::Integer => v.is_i64() || v.is_u64(),
+                    AttrType::Boolean => v.is_boolean(),
+                    AttrType::Object => v.is_object(),
+                    AttrType::Array => v.is_array(),
+                    AttrType::Any => true,
+                };
+                if !ok {
+                    let mut shown = v.to_string();
+                    if shown.len() > 60 {
+                        shown.truncate(57);
+                        shown += "...";
+                    }
+                    return Err(Error::Invalid(
+                        format!("attribute {attr:?} must be {:?}, got {shown}", spec.ty).to_lowercase(),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The index entry keys of `rec` under `ix`.
+fn entries(table: &str, ix: &IndexDef, pk: &[u8], rec: Option<&Value>) -> BTreeSet<Vec<u8>> {
+    let mut out = BTreeSet::new();
+    let Some(rec) = rec else { return out };
+    let mut vals = Vec::new();
+    fiql::lookup(rec, &path_of(&ix.attr), &mut vals);
+    let prefix = keys::index_prefix(table, ix.id);
+    for v in vals {
+        let mut k = prefix.clone();
+        let ok = match ix.kind {
+            IndexKind::Range => keys::encode_scalar(v, &mut k),
+            IndexKind::Hash => keys::hash_scalar(v).map(|h| k.extend_from_slice(&h)),
+        };
+        if ok.is_some() {
+            k.extend_from_slice(pk);
+            out.insert(k);
+        }
+    }
+    out
+}
+
+fn encode_record(version: u64, data: &Value) -> Vec<u8> {
+    let mut b = Vec::with_capacity(128);
+    b.push(1);
+    b.extend_from_slice(&version.to_le_bytes());
+    serde_json::to_writer(&mut b, data).expect("JSON values serialize");
+    b
+}
+
+fn decode_record(key: &[u8], b: &[u8]) -> Result<Record> {
+    if b.len() < 9 || b[0] != 1 {
+        return Err(Error::corrupt(key, "bad record header"));
+    }
+    let version = u64::from_le_bytes(b[1..9].try_into().expect("8 bytes"));
+    let data = serde_json::from_slice(&b[9..]).map_err(|e| Error::corrupt(key, e.to_string()))?;
+    Ok(Record { version, data })
+}
+
+fn decode_def(key: &[u8], b: &[u8]) -> Result<TableDef> {
+    serde_json::from_slice(b).map_err(|e| Error::corrupt(key, e.to_string()))
+}
+
+/// RFC 7396 JSON merge patch.
+pub fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(p) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(Default::default());
+    }
+    let t = target.as_object_mut().expect("object");
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// A multi-record transaction: reads see a snapshot plus the transaction's own writes; the
+/// commit fails with a conflict (and [`Tables::transaction`] retries the closure) if another
+/// writer changed a record or table this transaction read or wrote.
+pub struct Tx {
+    txn: Transaction,
+    defs: HashMap<String, TableDef>,
+}
+
+impl Tx {
+    fn def(&mut self, table: &str) -> Result<TableDef> {
+        if let Some(d) = self.defs.get(table) {
+            return Ok(d.clone());
+        }
+        let k = keys::meta_key(table);
+        let b = self.txn.get(&k)?.ok_or_else(|| Error::NoTable(table.to_string()))?;
+        let d = decode_def(&k, &b)?;
+        self.defs.insert(table.to_string(), d.clone());
+        Ok(d)
+    }
+
+    /// The record with primary key `id`.
+    pub fn get(&mut self, table: &str, id: &Value) -> Result<Option<Record>> {
+        self.def(table)?;
+        let k = keys::record_key(table, &encode_id(id)?);
+        self.txn.get(&k)?.map(|b| decode_record(&k, &b)).transpose()
+    }
+
+    fn write(&mut self, def: &TableDef, pk: &[u8], old: Option<&Record>, new: Option<&Value>) -> Result<u64> {
+        let version = old.map_or(0, |r| r.version) + 1;
+        for ix in &def.indexes {
+            let before = entries(&def.name, ix, pk, old.map(|r| &r.data));
+            let after = entries(&def.name, ix, pk, new);
+            for k in before.difference(&after) {
+                self.txn.delete(k)?;
+            }
+            for k in after.difference(&before) {
+                self.txn.put(k, [])?;
+            }
+        }
+        let k = keys::record_key(&def.name, pk);
+        match new {
+            Some(v) => self.txn.put(&k, encode_record(version, v))?,
+            None => self.txn.delete(&k)?,
+        }
+        Ok(version)
+    }
+
+    fn put_checked(&mut self, table: &str, rec: Value, expect: Expect) -> Result<Record> {
+        let def = self.def(table)?;
+        validate(&def, &rec)?;
+        let (pk, id) = pk_of(&def, &rec)?;
+        let k = keys::record_key(table, &pk);
+        let old = self.txn.get(&k)?.map(|b| decode_record(&k, &b)).transpose()?;
+        expect.check(table, &id, old.as_ref())?;
+        let version = self.write(&def, &pk, old.as_ref(), Some(&rec))?;
+        Ok(Record { version, data: rec })
+    }
+
+    /// Creates or replaces the record (its primary key is in it).
+    pub fn put(&mut self, table: &str, rec: Value) -> Result<Record> {
+        self.put_checked(table, rec, Expect::Any)
+    }
+
+    /// Creates the record; [`Error::Exists`] if its key is taken.
+    pub fn insert(&mut self, table: &str, rec: Value) -> Result<Record> {
+        self.put_checked(table, rec, Expect::Absent)
+    }
+
+    /// Replaces the record only if it is at `version` ([`Error::VersionMismatch`] otherwise;
+    /// 0 means absent).
+    pub fn put_if_version(&mut self, table: &str, rec: Value, version: u64) -> Result<Record> {
+        self.put_checked(table, rec, Expect::Version(version))
+    }
+
+    /// Applies a JSON merge patch to the record (the primary key cannot change), optionally
+    /// only at `version`.
+    pub fn patch(&mut self, table: &str, id: &Value, patch: &Value, version: Option<u64>) -> Result<Record> {
+        let def = self.def(table)?;
+        let pk = encode_id(id)?;
+        let k = keys::record_key(table, &pk);
+        let old = self.txn.get(&k)?.map(|b| decode_record(&k, &b)).transpose()?;
+        let Some(old) = old else { return Err(Error::NotFound(table.into(), id_text(id))) };
+        if let Some(v) = version {
+            Expect::Version(v).check(table, id, Some(&old))?;
+        }
+        let mut data = old.data.clone();
+        merge_patch(&mut data, patch);
+        if data.get(&def.pk) != Some(id) {
+            return Err(Error::Invalid(format!("a patch cannot change the primary key {:?}", def.pk)));
+        }
+        validate(&def, &data)?;
+        let version = self.write(&def, &pk, Some(&old), Some(&data))?;
+        Ok(Record { version, data })
+    }
+
+    /// Deletes the record, optionally only at `version`; false if there was none.
+    pub fn delete(&mut self, table: &str, id: &Value, version: Option<u64>) -> Result<bool> {
+        let def = self.def(table)?;
+        let pk = encode_id(id)?;
+        let k = keys::record_key(table, &pk);
+        let old = self.txn.get(&k)?.map(|b| decode_record(&k, &b)).transpose()?;
+        if let Some(v) = version {
+            Expect::Version(v).check(table, id, old.as_ref())?;
+        }
+        let Some(old) = old else { return Ok(false) };
+        self.write(&def, &pk, Some(&old), None)?;
+        Ok(true)
+    }
+}
+
+enum Expect {
+    Any,
+    Absent,
+    Version(u64),
+}
+
+impl Expect {
+    fn check(&self, table: &str, id: &Value, old: Option<&Record>) -> Result<()> {
+        let current = old.map_or(0, |r| r.version);
+        match self {
+            Expect::Any => Ok(()),
+            Expect::Absent if old.is_some() => Err(Error::Exists(table.into(), id_text(id))),
+            Expect::Absent => Ok(()),
+            Expect::Version(v) if *v != current => {
+                Err(Error::VersionMismatch { id: id_text(id), expected: *v, current })
+            }
+            Expect::Version(_) => Ok(()),
+        }
+    }
+}
+
+impl Tables {
+    /// Opens the tables of `db`; resumes building indexes a restart interrupted.
+    pub fn open(db: Db) -> Result<Tables> {
+        let t = Tables {
+            inner: Arc::new(Inner {
+                db,
+                closing: AtomicBool::new(false),
+                builders: Mutex::default(),
+                build_errors: Mutex::default(),
+            }),
+        };
+        for def in t.list()? {
+            for ix in def.indexes.iter().filter(|i| !i.ready) {
+                t.spawn_builder(&def.name, ix.id, &ix.name);
+            }
+        }
+        Ok(t)
+    }
+
+    /// The engine underneath.
+    pub fn db(&self) -> &Db {
+        &self.inner.db
+    }
+
+    /// Runs `f` in a transaction, retrying it on conflicts (up to [`RETRIES`] times). `f`
+    /// may run more than once; its writes land only with a successful commit.
+    pub fn transaction<T>(&self, mut f: impl FnMut(&mut Tx) -> Result<T>) -> Result<T> {
+        for _ in 0..RETRIES {
+            let mut tx = Tx { txn: self.inner.db.transaction(), defs: HashMap::new() };
+            let out = f(&mut tx)?;
+            match tx.txn.commit() {
+                Ok(()) => return Ok(out),
+                Err(e) if e.is_conflict() => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Err(Error::Conflict(RETRIES))
+    }
+
+    /// Every table.
+    pub fn list(&self) -> Result<Vec<TableDef>> {
+        self.inner
+            .db
+            .prefix(keys::META)
+            .map(|kv| {
+                let (k, v) = kv?;
+                decode_def(&k, &v)
+            })
+            .collect()
+    }
+
+    /// One table's definition.
+    pub fn table(&self, name: &str) -> Result<TableDef> {
+        let k = keys::meta_key(name);
+        let b = self.inner.db.get(&k)?.ok_or_else(|| Error::NoTable(name.to_string()))?;
+        decode_def(&k, &b)
+    }
+
+    /// Creates a table whose records are keyed by attribute `pk`.
+    pub fn create_table(&self, name: &str, pk: &str, schema: Option<Schema>) -> Result<TableDef> {
+        check_name("table", name)?;
+        if pk.is_empty() || pk.contains('.') {
+            return Err(Error::Invalid(format!("primary key attribute {pk:?} must be a top-level attribute name")));
+        }
+        if let Some(s) = &schema {
+            for a in s.attributes.keys() {
+                if a.is_empty() || a.split('.').any(str::is_empty) {
+                    return Err(Error::Invalid(format!("schema attribute {a:?} is not a dotted path")));
+                }
+            }
+        }
+        let def = TableDef { name: name.into(), pk: pk.into(), schema, indexes: Vec::new(), next_index: 1 };
+        self.transaction(|tx| {
+            let k = keys::meta_key(name);
+            if tx.txn.get(&k)?.is_some() {
+                return Err(Error::TableExists(name.into()));
+            }
+            tx.txn.put(&k, serde_json::to_vec(&def).expect("serializes"))?;
+            Ok(())
+        })?;
+        Ok(def)
+    }
+
+    /// Drops a table with its records and indexes.
+    pub fn drop_table(&self, name: &str) -> Result<()> {
+        self.table(name)?;
+        let mut b = cairn_kv::WriteBatch::new();
+        b.delete(keys::meta_key(name))?;
+        for p in [keys::records_prefix(name), keys::table_index_prefix(name)] {
+            let mut end = p.clone();
+            *end.last_mut().expect("ends in /") += 1;
+            b.delete_range(p, end)?;
+        }
+        self.inner.db.write(b)?;
+        Ok(())
+    }
+
+    /// Creates or replaces a record.
+    pub fn put(&self, table: &str, rec: Value) -> Result<Record> {
+        self.transaction(|tx| tx.put(table, rec.clone()))
+    }
+
+    /// Creates a record; [`Error::Exists`] if its key is taken.
+    pub fn insert(&self, table: &str, rec: Value) -> Result<Record> {
+        self.transaction(|tx| tx.insert(table, rec.clone()))
+    }
+
+    /// Replaces a record only at `version` (0: only if absent).
+    pub fn put_if_version(&self, table: &str, rec: Value, version: u64) -> Result<Record> {
+        self.transaction(|tx| tx.put_if_version(table, rec.clone(), version))
+    }
+
+    /// Merge-patches a record, optionally only at `version`.
+    pub fn patch(&self, table: &str, id: &Value, patch: &Value, version: Option<u64>) -> Result<Record> {
+        self.transaction(|tx| tx.patch(table, id, patch, version))
+    }
+
+    /// Deletes a record, optionally only at `version`; false if there was none.
+    pub fn delete(&self, table: &str, id: &Value, version: Option<u64>) -> Result<bool> {
+        self.transaction(|tx| tx.delete(table, id, version))
+    }
+
+    /// The record with primary key `id`.
+    pub fn get(&self, table: &str, id: &Value) -> Result<Option<Record>> {
+        self.table(table)?;
+        let k = keys::record_key(table, &encode_id(id)?);
+        self.inner.db.get(&k)?.map(|b| decode_record(&k, &b)).transpose()
+    }
+
+    /// Creates an index on attribute `attr` (dotted path) and fills it in the background;
+    /// queries use it once [`IndexDef::ready`]. [`Tables::wait_for_index`] waits for that.
+    pub fn create_index(&self, table: &str, name: &str, attr: &str, kind: IndexKind) -> Result<IndexDef> {
+        check_name("index", name)?;
+        if attr.is_empty() || attr.split('.').any(str::is_empty) {
+            return Err(Error::Invalid(format!("attribute {attr:?} is not a dotted path")));
+        }
+        let ix = self.transaction(|tx| {
+            let mut def = tx.def(table)?;
+            if def.indexes.iter().any(|i| i.name == name) {
+                return Err(Error::Invalid(format!("table {table} already has an index {name}")));
+            }
+            let ix = IndexDef { name: name.into(), attr: attr.into(), kind, id: def.next_index, ready: false };
+            def.next_index += 1;
+            def.indexes.push(ix.clone());
+            tx.txn.put(keys::meta_key(table), serde_json::to_vec(&def).expect("serializes"))?;
+            Ok(ix)
+        })?;
+        self.spawn_builder(table, ix.id, name);
+        Ok(ix)
+    }
+
+    /// Drops an index and its entries.
+    pub fn drop_index(&self, table: &str, name: &str) -> Result<()> {
+        let id = self.transaction(|tx| {
+            let mut def = tx.def(table)?;
+            let pos = def
+                .indexes
+                .iter()
+                .position(|i| i.name == name)
+                .ok_or_else(|| Error::NoIndex(table.into(), name.into()))?;
+            let id = def.indexes.remove(pos).id;
+            tx.txn.put(keys::meta_key(table), serde_json::to_vec(&def).expect("serializes"))?;
+            Ok(id)
+        })?;
+        // Nothing writes entries of an index missing from the definition any more.
+        let p = keys::index_prefix(table, id);
+        let mut end = p.clone();
+        *end.last_mut().expect("ends in /") += 1;
+        self.inner.db.delete_range(p, end)?;
+        Ok(())
+    }
+
+    /// Waits until the index is ready (or its build failed).
+    pub fn wait_for_index(&self, table: &str, name: &str) -> Result<()> {
+        loop {
+            let def = self.table(table)?;
+            let ix =
+                def.indexes.iter().find(|i| i.name == name).ok_or_else(|| Error::NoIndex(table.into(), name.into()))?;
+            if ix.ready {
+                return Ok(());
+            }
+            if let Some(e) = self.inner.build_errors.lock().get(&(table.to_string(), name.to_string())) {
+                return Err(Error::Invalid(format!("building index {name}: {e}")));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    fn spawn_builder(&self, table: &str, id: u32, name: &str) {
+        let t = self.clone();
+        let (table, name) = (table.to_string(), name.to_string());
+        let h = std::thread::Builder::new()
+            .name(format!("cairn-index-{table}-{name}"))
+            .spawn(move || {
+                if let Err(e) = t.build(&table, id) {
+                    t.inner.build_errors.lock().insert((table, name), e.to_string());
+                }
+            })
+            .expect("spawn an index builder");
+        self.inner.builders.lock().push(h);
+    }
+
+    /// Fills index `id` of `table` from its records, a chunk per transaction; marks it ready.
+    fn build(&self, table: &str, id: u32) -> Result<()> {
+        let prefix = keys::records_prefix(table);
+        let mut end = prefix.clone();
+        *end.last_mut().expect("ends in /") += 1;
+        let mut from = prefix.clone();
+        loop {
+            if self.inner.closing.load(Ordering::Relaxed) {
+                return Ok(());
+            }
+            let chunk: Vec<Vec<u8>> = self
+                .inner
+                .db
+                .range(from.clone()..end.clone())
+                .take(BUILD_CHUNK)
+                .map(|kv| kv.map(|(k, _)| k.to_vec()))
+                .collect::<std::result::Result<_, _>>()?;
+            let last = chunk.len() < BUILD_CHUNK;
+            let gone = self.transaction(|tx| {
+                let def = tx.def(table)?;
+                let Some(ix) = def.indexes.iter().find(|i| i.id == id) else { return Ok(true) };
+                tx.txn.set_write_options(WriteOptions::no_sync());
+                for k in &chunk {
+                    if let Some(b) = tx.txn.get(k)? {
+                        let r = decode_record(k, &b)?;
+                        for e in entries(table, ix, &k[prefix.len()..], Some(&r.data)) {
+                            tx.txn.put(e, [])?;
+                        }
+                    }
+                }
+                if last {
+                    let mut def = def.clone();
+                    def.indexes.iter_mut().filter(|i| i.id == id).for_each(|i| i.ready = true);
+                    tx.txn.set_write_options(WriteOptions::default());
+                    tx.txn.put(keys::meta_key(table), serde_json::to_vec(&def).expect("serializes"))?;
+                }
+                Ok(false)
+            });
+            match gone {
+                Err(Error::NoTable(_)) | Ok(true) => return Ok(()),
+                Err(e) => return Err(e),
+                Ok(false) if last => return Ok(()),
+                Ok(false) => {
+                    from = chunk.last().expect("a full chunk").clone();
+                    from.push(0);
+                }
+            }
+        }
+    }
+
+    /// Checks every index of `table` against its records: each record's entries exist and no
+    /// other entries do. Returns the number of records.
+    pub fn verify(&self, table: &str) -> Result<u64> {
+        let snap = self.inner.db.snapshot();
+        let mk = keys::meta_key(table);
+        let def = decode_def(&mk, &snap.get(&mk)?.ok_or_else(|| Error::NoTable(table.into()))?)?;
+        let prefix = keys::records_prefix(table);
+        let mut want: BTreeMap<u32, BTreeSet<Vec<u8>>> = BTreeMap::new();
+        let mut n = 0;
+        for kv in snap.prefix(&prefix) {
+            let (k, v) = kv?;
+            let r = decode_record(&k, &v)?;
+            let (pk, _) = pk_of(&def, &r.data)?;
+            if pk != k[prefix.len()..] {
+                return Err(Error::corrupt(&k, "primary key attribute differs from the row key"));
+            }
+            for ix in &def.indexes {
+                want.entry(ix.id).or_default().extend(entries(table, ix, &pk, Some(&r.data)));
+            }
+            n += 1;
+        }
+        for ix in def.indexes.iter().filter(|i| i.ready) {
+            let have: BTreeSet<Vec<u8>> = snap
+                .prefix(keys::index_prefix(table, ix.id))
+                .map(|kv| kv.map(|(k, _)| k.to_vec()))
+                .collect::<std::result::Result<_, _>>()?;
+            let want = want.remove(&ix.id).unwrap_or_default();
+            if let Some(k) = have.symmetric_difference(&want).next() {
+                let what = if have.contains(k) { "stale" } else { "missing" };
+                return Err(Error::corrupt(k, format!("{what} entry in index {}", ix.name)));
+            }
+        }
+        Ok(n)
+    }
+
+    /// Stops index builders (they resume on the next open).
+    pub fn close(&self) {
+        self.inner.closing.store(true, Ordering::Relaxed);
+        for h in self.inner.builders.lock().drain(..) {
+            let _ = h.join();
+        }
+    }
+}
