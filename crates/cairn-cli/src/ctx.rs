@@ -10,11 +10,12 @@ use cairn_cas::{Store, StoreConfig};
 use cairn_docs::Memory;
 use cairn_kv::{Db, FsStorage, Options};
 use cairn_server::Services;
+use cairn_tables::Tables;
 use cairn_tree::Trees;
 
 enum Layers {
     /// Embedded: opened on first use, closed by [`Ctx::finish`].
-    Lazy { db: Option<Db>, store: Option<Store>, memory: Option<Memory>, trees: Option<Trees> },
+    Lazy { db: Option<Db>, store: Option<Store>, memory: Option<Memory>, trees: Option<Trees>, tables: Option<Tables> },
     /// Inside the daemon.
     Shared(Arc<Services>),
 }
@@ -47,7 +48,7 @@ impl Ctx {
             err: Box::new(std::io::stderr()),
             tty: std::io::stdout().is_terminal(),
             progress: true,
-            layers: Layers::Lazy { db: None, store: None, memory: None, trees: None },
+            layers: Layers::Lazy { db: None, store: None, memory: None, trees: None, tables: None },
         }
     }
 
@@ -126,6 +127,19 @@ impl Ctx {
         Ok(trees.clone().expect("just opened"))
     }
 
+    /// The record tables.
+    pub fn tables(&mut self) -> Result<Tables> {
+        if let Layers::Shared(s) = &self.layers {
+            return Ok(s.tables.clone());
+        }
+        let db = self.db()?;
+        let Layers::Lazy { tables, .. } = &mut self.layers else { unreachable!() };
+        if tables.is_none() {
+            *tables = Some(Tables::open(db).with_context(|| format!("opening {}", self.data.display()))?);
+        }
+        Ok(tables.clone().expect("just opened"))
+    }
+
     /// The absolute form of `p` (relative to the caller's directory), without `.` and `..`
     /// (lexically; symlinks are not resolved).
     pub fn abs(&self, p: &Path) -> PathBuf {
@@ -144,9 +158,13 @@ impl Ctx {
 
     /// Ends an embedded command: commits the index if the memory was opened, closes the engine.
     pub fn finish(self) -> Result<()> {
-        if let Layers::Lazy { db, store, memory, trees } = self.layers {
+        if let Layers::Lazy { db, store, memory, trees, tables } = self.layers {
             if let Some(m) = memory {
                 m.close()?;
+            }
+            // Index builds still running resume on the next open.
+            if let Some(t) = tables {
+                t.close();
             }
             drop((trees, store));
             if let Some(db) = db {
@@ -168,5 +186,6 @@ pub fn open_services(data: &Path) -> Result<Services> {
     let store = open_store(data, db.clone())?;
     let memory = Memory::with_parts(db.clone(), store.clone(), data.join("docs-index"))?;
     let trees = Trees::new(db.clone(), store, data.join("files"));
-    Ok(Services { db, memory, trees })
+    let tables = Tables::open(db.clone())?;
+    Ok(Services { db, memory, trees, tables })
 }

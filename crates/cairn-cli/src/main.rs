@@ -8,6 +8,7 @@ mod kv;
 mod mcp;
 mod remote;
 mod serve;
+mod table;
 mod tree;
 
 use std::io::{self, Write};
@@ -44,6 +45,9 @@ pub(crate) enum Command {
     /// The key-value engine.
     #[command(subcommand)]
     Kv(kv::KvCommand),
+    /// JSON record tables with secondary indexes and FIQL queries.
+    #[command(subcommand)]
+    Table(table::TableCommand),
     /// Snapshot a directory tree (unchanged files and subtrees are skipped on re-snapshots).
     Snapshot {
         /// The directory to snapshot.
@@ -143,6 +147,7 @@ pub(crate) fn execute(ctx: &mut Ctx, command: Command, out: &mut dyn Write) -> a
     match command {
         Command::Docs(cmd) => docs::run(ctx, cmd, out),
         Command::Kv(cmd) => kv::run(ctx, cmd, out),
+        Command::Table(cmd) => table::run(ctx, cmd, out),
         Command::Snapshot { source, name, json } => tree::snapshot(ctx, &source, name.as_deref(), json, out),
         Command::Checkout { snapshot, dest, mode, json } => tree::checkout(ctx, &snapshot, &dest, mode, json, out),
         Command::Diff { a, b, json } => tree::diff(ctx, &a, &b, json, out),

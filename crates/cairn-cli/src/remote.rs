@@ -11,6 +11,7 @@ use cairn_server::client::{self, Client};
 use crate::Command;
 use crate::docs::DocsCommand;
 use crate::kv::KvCommand;
+use crate::table::TableCommand;
 
 /// The daemon to use, if any: `--addr`, else the data directory's socket (required with
 /// `--remote`; used when it answers otherwise).
@@ -73,6 +74,7 @@ fn reads_stdin(c: &Command) -> bool {
     match c {
         Command::Docs(DocsCommand::Add { paths, .. }) => paths.iter().any(|p| p.as_os_str() == "-"),
         Command::Kv(KvCommand::Put { value, .. }) => value == "-",
+        Command::Table(TableCommand::Put { record, .. }) => record.as_deref().is_none_or(|r| r == "-"),
         _ => false,
     }
 }

@@ -624,3 +624,50 @@ fn get_streams_content_in_chunks() {
     assert!(format!("{:#}", missing.unwrap_err()).contains("NotFound"));
     daemon.stop();
 }
+
+#[test]
+fn tables_embedded_and_through_the_daemon_print_the_same() {
+    let t = tempfile::tempdir().unwrap();
+    let script: &[(&[&str], Option<&str>)] = &[
+        (&["table", "create", "people", "--pk", "id"], None),
+        (
+            &["table", "put", "people"],
+            Some(
+                "{\"id\":1,\"name\":\"Ada\",\"age\":36,\"city\":\"London\"}\n{\"id\":2,\"name\":\"Alan\",\"age\":41,\"city\":\"Wilmslow\"}\n{\"id\":3,\"name\":\"Grace\",\"age\":85,\"city\":\"Arlington\"}\n",
+            ),
+        ),
+        (&["table", "index", "create", "people", "by_age", "age"], None),
+        (&["table", "query", "people", "age=gt=40", "--sort", "-age", "--fields", "name"], None),
+        (&["table", "query", "people", "name==A*;city!=London"], None),
+        (&["table", "patch", "people", "2", "{\"age\":42}", "--if-version", "1"], None),
+        (&["table", "get", "people", "2", "--json"], None),
+        (&["table", "put", "people", "{\"id\":2,\"name\":\"x\"}", "--if-absent"], None),
+        (&["table", "query", "people", "age=zz=1"], None),
+        (&["table", "rm", "people", "3"], None),
+        (&["table", "index", "ls", "people"], None),
+        (&["table", "ls"], None),
+        (&["table", "verify", "people"], None),
+    ];
+    let embedded = t.path().join("embedded");
+    let mut want = Vec::new();
+    for (args, stdin) in script {
+        want.push(run(&embedded, args, *stdin));
+    }
+    assert_eq!(want[3].1, "{\"name\":\"Grace\"}\n{\"name\":\"Alan\"}\n");
+    assert_eq!(want[4].1, "{\"age\":41,\"city\":\"Wilmslow\",\"id\":2,\"name\":\"Alan\"}\n");
+    assert_eq!(want[6].1, "{\"data\":{\"age\":42,\"city\":\"Wilmslow\",\"id\":2,\"name\":\"Alan\"},\"version\":2}\n");
+    assert_eq!(want[7].0, 1, "put --if-absent on a taken key fails");
+    assert!(want[7].2.contains("exists"), "{}", want[7].2);
+    assert!(want[8].0 != 0 && want[8].2.contains("byte 3"), "{}", want[8].2);
+    assert_eq!(want[10].1, "by_age\tage\trange\tready\n");
+    assert!(want[12].1.contains("2 records"), "{}", want[12].1);
+
+    let remote = t.path().join("remote");
+    let daemon = Daemon::start(&remote, &[]);
+    for ((args, stdin), want) in script.iter().zip(&want) {
+        let mut a = vec!["--remote"];
+        a.extend_from_slice(args);
+        assert_eq!(&run(&remote, &a, *stdin), want, "{args:?}");
+    }
+    daemon.stop();
+}

@@ -43,6 +43,8 @@ pub struct Services {
     pub memory: Memory,
     /// The tree layer (over the same engine and blob store).
     pub trees: Trees,
+    /// The record tables (over the same engine).
+    pub tables: cairn_tables::Tables,
 }
 
 /// Standard streams and working directory of a command line run in the daemon.
@@ -144,6 +146,8 @@ pub fn serve(
     rt.block_on(run(shared.clone(), ready))?;
     rt.shutdown_timeout(Duration::from_secs(1));
     shared.services.memory.commit().context("committing the index")?;
+    // Index builds still running resume on the next open.
+    shared.services.tables.close();
     Ok(())
 }
 

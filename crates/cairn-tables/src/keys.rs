@@ -77,6 +77,9 @@ pub fn decode_scalar(b: &[u8]) -> Option<(Value, usize)> {
             let raw = u64::from_be_bytes(b.get(1..9)?.try_into().ok()?);
             let bits = if raw >> 63 == 1 { raw & !(1 << 63) } else { !raw };
             let f = f64::from_bits(bits);
+            if f == 0.0 && f.is_sign_negative() {
+                return None; // -0.0 is always written as 0.0
+            }
             let n = if f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 {
                 serde_json::Number::from(f as i64)
             } else {
