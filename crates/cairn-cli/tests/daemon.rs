@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use cairn_proto::frame::{self, HEADER_LEN};
 use cairn_proto::{ClientMsg, ErrorCode, PROTOCOL_VERSION, Request, ServerMsg};
 use cairn_server::client;
+use serde_json::{Value, json};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_cairn")
@@ -468,8 +469,22 @@ fn one_daemon_per_dir_sigterm_loses_nothing_and_kill_9_recovers() {
 }
 
 fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
+    http_h(addr, method, path, token, body, &[])
+}
+
+fn http_h(
+    addr: &str,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<&str>,
+    headers: &[&str],
+) -> (u16, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for h in headers {
+        req += &format!("{h}\r\n");
+    }
     if let Some(t) = token {
         req += &format!("Authorization: Bearer {t}\r\n");
     }
@@ -669,5 +684,72 @@ fn tables_embedded_and_through_the_daemon_print_the_same() {
         a.extend_from_slice(args);
         assert_eq!(&run(&remote, &a, *stdin), want, "{args:?}");
     }
+    daemon.stop();
+}
+
+#[test]
+fn tables_over_rest() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr = format!("127.0.0.1:{port}");
+    let daemon = Daemon::start_env(&d, &["--http", &addr], &[("CAIRN_TOKEN", "tk")]);
+    let tok = Some("tk");
+    let h = |m: &str, p: &str, b: Option<&str>| http(&addr, m, p, tok, b);
+
+    assert_eq!(http(&addr, "GET", "/v1/tables", None, None).0, 401);
+    let schema =
+        r#"{"pk":"id","schema":{"attributes":{"name":{"type":"string","required":true},"age":{"type":"integer"}}}}"#;
+    assert_eq!(h("PUT", "/v1/tables/people", Some(schema)).0, 201);
+    assert_eq!(h("PUT", "/v1/tables/people", Some(schema)).0, 409);
+    for (i, (name, age, city)) in
+        [("Ada", 36, "London"), ("Alan", 41, "Wilmslow"), ("Grace", 85, "Arlington"), ("Edsger", 72, "Nuenen")]
+            .iter()
+            .enumerate()
+    {
+        let body = format!(r#"{{"id":{i},"name":"{name}","age":{age},"city":"{city}"}}"#);
+        let (code, b) = h("POST", "/v1/tables/people", Some(&body));
+        assert_eq!(code, 201, "{b}");
+    }
+    assert_eq!(h("POST", "/v1/tables/people", Some(r#"{"id":0,"name":"dup"}"#)).0, 409);
+    let (code, b) = h("POST", "/v1/tables/people", Some(r#"{"id":9,"age":"old","name":"x"}"#));
+    assert!(code == 400 && b.contains("age"), "{b}");
+    let (code, b) = h("PUT", "/v1/tables/people/_indexes/by_age?wait=true", Some(r#"{"attr":"age","kind":"range"}"#));
+    assert_eq!(code, 201, "{b}");
+    let (code, b) = h("GET", "/v1/tables/people?age=gt=40;name==*a*&sort=-age&fields=name,age", None);
+    assert_eq!(code, 200, "{b}");
+    let v: Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["records"], json!([{"name": "Grace", "age": 85}, {"name": "Alan", "age": 41}]));
+    assert!(v["plan"].as_str().unwrap().starts_with("index by_age"), "{b}");
+    let (code, b) = h("GET", "/v1/tables/people?q=city%3D%3DLondon%2CEdsger%3D%3Dx&limit=5", None);
+    assert_eq!(code, 200, "{b}");
+    assert_eq!(serde_json::from_str::<Value>(&b).unwrap()["records"][0]["name"], "Ada");
+    let (code, b) = h("GET", "/v1/tables/people?age=zz=1", None);
+    assert!(code == 400 && b.contains("byte 3"), "{b}");
+
+    // Conditional writes with If-Match / If-None-Match.
+    let (code, b) = h("GET", "/v1/tables/people/1", None);
+    assert!(code == 200 && b.contains("\"version\":1"), "{b}");
+    let stale = ["If-Match: \"7\""];
+    let (code, _) = http_h(&addr, "PATCH", "/v1/tables/people/1", tok, Some(r#"{"age":42}"#), &stale);
+    assert_eq!(code, 412);
+    let (code, b) = http_h(&addr, "PATCH", "/v1/tables/people/1", tok, Some(r#"{"age":42}"#), &["If-Match: \"1\""]);
+    assert!(code == 200 && b.contains("\"age\":42") && b.contains("\"version\":2"), "{b}");
+    let (code, _) =
+        http_h(&addr, "PUT", "/v1/tables/people/1", tok, Some(r#"{"name":"Alan T"}"#), &["If-None-Match: *"]);
+    assert_eq!(code, 412, "put-if-absent on a taken key");
+    let (code, b) = h("PUT", "/v1/tables/people/10", Some(r#"{"name":"New"}"#));
+    assert!(code == 201 && b.contains("\"id\":10"), "{b}");
+    let (code, _) = h("PUT", "/v1/tables/people/10", Some(r#"{"id":11,"name":"New"}"#));
+    assert_eq!(code, 400);
+    assert_eq!(http_h(&addr, "DELETE", "/v1/tables/people/10", tok, None, &["If-Match: \"2\""]).0, 412);
+    assert_eq!(h("DELETE", "/v1/tables/people/10", None).0, 204);
+    assert_eq!(h("GET", "/v1/tables/people/10", None).0, 404);
+    let (code, b) = h("GET", "/v1/tables/people/_indexes", None);
+    assert!(code == 200 && b.contains("\"ready\":true"), "{b}");
+    assert_eq!(h("DELETE", "/v1/tables/people/_indexes/by_age", None).0, 204);
+    assert_eq!(h("GET", "/v1/tables/nope?a==1", None).0, 404);
+    assert_eq!(h("DELETE", "/v1/tables/people", None).0, 204);
+    assert_eq!(h("GET", "/v1/tables/people/1", None).0, 404);
     daemon.stop();
 }

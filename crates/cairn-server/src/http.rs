@@ -50,6 +50,11 @@ pub fn router(services: Arc<Services>, token: String) -> Router {
         .route("/v1/snapshots/{a}/diff/{b}", get(diff_snapshots))
         .route("/v1/kv", get(scan_kv))
         .route("/v1/kv/{key}", get(get_kv).put(put_kv).delete(delete_kv))
+        .route("/v1/tables", get(list_tables))
+        .route("/v1/tables/{t}", get(query_table).post(insert_record).put(create_table).delete(drop_table))
+        .route("/v1/tables/{t}/_indexes", get(list_indexes))
+        .route("/v1/tables/{t}/_indexes/{name}", axum::routing::put(create_index).delete(drop_index))
+        .route("/v1/tables/{t}/{id}", get(get_record).put(put_record).patch(patch_record).delete(delete_record))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .layer(middleware::from_fn_with_state(app.clone(), auth))
         .with_state(app)
@@ -95,6 +100,15 @@ impl From<anyhow::Error> for ApiError {
                 cairn_tree::Error::NoSuchSnapshot(_) => StatusCode::NOT_FOUND,
                 cairn_tree::Error::InvalidArgument(_) | cairn_tree::Error::BadName(_) => StatusCode::BAD_REQUEST,
                 cairn_tree::Error::SnapshotExists(_) => StatusCode::CONFLICT,
+                _ => StatusCode::INTERNAL_SERVER_ERROR,
+            }
+        } else if let Some(t) = e.downcast_ref::<cairn_tables::Error>() {
+            use cairn_tables::Error as T;
+            match t {
+                T::NoTable(_) | T::NotFound(..) | T::NoIndex(..) => StatusCode::NOT_FOUND,
+                T::Exists(..) | T::TableExists(_) | T::Conflict(_) => StatusCode::CONFLICT,
+                T::VersionMismatch { .. } => StatusCode::PRECONDITION_FAILED,
+                T::Invalid(_) | T::Filter(_) => StatusCode::BAD_REQUEST,
                 _ => StatusCode::INTERNAL_SERVER_ERROR,
             }
         } else if e.downcast_ref::<BadRequest>().is_some() {
@@ -484,3 +498,218 @@ async fn openapi() -> Response {
 
 /// The OpenAPI 3.1 description of the routes.
 pub const OPENAPI: &str = include_str!("openapi.json");
+
+// ---- Record tables ----
+
+/// A primary key from a URL segment: an integer, a JSON string (`"42"` for text digits), or
+/// plain text.
+fn table_id(s: &str) -> Value {
+    match serde_json::from_str::<Value>(s) {
+        Ok(v @ (Value::Number(_) | Value::String(_))) => v,
+        _ => Value::String(s.to_string()),
+    }
+}
+
+/// The version an `If-Match: "N"` header asks for; `If-None-Match: *` asks for absence (0).
+fn precondition(h: &axum::http::HeaderMap) -> ApiResult<Option<u64>> {
+    if h.get(header::IF_NONE_MATCH).is_some_and(|v| v == "*") {
+        return Ok(Some(0));
+    }
+    let Some(v) = h.get(header::IF_MATCH) else { return Ok(None) };
+    let v = v.to_str().unwrap_or("").trim().trim_start_matches("W/").trim_matches('"');
+    v.parse()
+        .map(Some)
+        .map_err(|_| ApiError(StatusCode::BAD_REQUEST, format!("If-Match {v:?} is not a record version")))
+}
+
+fn record_response(status: StatusCode, r: &cairn_tables::Record) -> Response {
+    let etag = format!("\"{}\"", r.version);
+    (status, [(header::ETAG, etag)], axum::Json(json!({ "version": r.version, "data": r.data }))).into_response()
+}
+
+async fn list_tables(State(app): State<App>) -> ApiResult<axum::Json<Value>> {
+    let tables = blocking(&app, |s| Ok(s.tables.list()?)).await?;
+    Ok(axum::Json(json!({ "tables": tables })))
+}
+
+#[derive(Deserialize)]
+struct CreateTable {
+    #[serde(default = "default_pk")]
+    pk: String,
+    schema: Option<cairn_tables::Schema>,
+}
+
+fn default_pk() -> String {
+    "id".into()
+}
+
+async fn create_table(
+    State(app): State<App>,
+    Path(t): Path<String>,
+    body: axum::Json<CreateTable>,
+) -> ApiResult<Response> {
+    let b = body.0;
+    let def = blocking(&app, move |s| Ok(s.tables.create_table(&t, &b.pk, b.schema)?)).await?;
+    Ok((StatusCode::CREATED, axum::Json(json!(def))).into_response())
+}
+
+async fn drop_table(State(app): State<App>, Path(t): Path<String>) -> ApiResult<StatusCode> {
+    blocking(&app, move |s| Ok(s.tables.drop_table(&t)?)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /v1/tables/{t}?<fiql>&sort=-a,b&limit=&offset=&fields=`: the FIQL filter is the query
+/// string's parts that are not parameters (joined with `;`), or `q=` / `filter=`.
+async fn query_table(
+    State(app): State<App>,
+    Path(t): Path<String>,
+    uri: axum::http::Uri,
+) -> ApiResult<axum::Json<Value>> {
+    let mut q = cairn_tables::Query::default();
+    let mut filter = Vec::new();
+    let bad = |m: String| ApiError(StatusCode::BAD_REQUEST, m);
+    for part in uri.query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let decoded = percent_encoding::percent_decode_str(&part.replace('+', " "))
+            .decode_utf8()
+            .map_err(|_| bad(format!("query part {part:?} is not UTF-8")))?
+            .into_owned();
+        let param = decoded.split_once('=').filter(|(k, v)| {
+            matches!(*k, "limit" | "offset" | "sort" | "fields" | "q" | "filter") && !v.starts_with('=')
+        });
+        match param {
+            Some(("limit", v)) => q.limit = Some(v.parse().map_err(|_| bad(format!("limit {v:?} is not a number")))?),
+            Some(("offset", v)) => q.offset = v.parse().map_err(|_| bad(format!("offset {v:?} is not a number")))?,
+            Some(("sort", v)) => q.sort = v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect(),
+            Some(("fields", v)) => {
+                q.fields = Some(v.split(',').filter(|s| !s.is_empty()).map(str::to_string).collect())
+            }
+            Some((_, v)) => filter.push(v.to_string()),
+            None => filter.push(decoded),
+        }
+    }
+    if !filter.is_empty() {
+        q.filter = Some(
+            filter
+                .iter()
+                .map(|f| if filter.len() > 1 { format!("({f})") } else { f.clone() })
+                .collect::<Vec<_>>()
+                .join(";"),
+        );
+    }
+    let r = blocking(&app, move |s| Ok(s.tables.query(&t, &q)?)).await?;
+    Ok(axum::Json(json!(r)))
+}
+
+async fn insert_record(State(app): State<App>, Path(t): Path<String>, body: axum::Json<Value>) -> ApiResult<Response> {
+    let rec = body.0;
+    let r = blocking(&app, move |s| Ok(s.tables.insert(&t, rec)?)).await?;
+    Ok(record_response(StatusCode::CREATED, &r))
+}
+
+async fn get_record(State(app): State<App>, Path((t, id)): Path<(String, String)>) -> ApiResult<Response> {
+    let key = table_id(&id);
+    let r = blocking(&app, move |s| Ok(s.tables.get(&t, &key)?)).await?;
+    match r {
+        Some(r) => Ok(record_response(StatusCode::OK, &r)),
+        None => Err(ApiError(StatusCode::NOT_FOUND, format!("no record {id}"))),
+    }
+}
+
+async fn put_record(
+    State(app): State<App>,
+    Path((t, id)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
+    body: axum::Json<Value>,
+) -> ApiResult<Response> {
+    let expect = precondition(&headers)?;
+    let key = table_id(&id);
+    let mut rec = body.0;
+    let r = blocking(&app, move |s| {
+        let pk = s.tables.table(&t)?.pk;
+        // The key in the URL is the record's key; a body may leave it out but not contradict it.
+        match rec.as_object_mut() {
+            Some(o) => match o.get(&pk) {
+                None => {
+                    o.insert(pk, key);
+                }
+                Some(v) if *v == key => {}
+                Some(v) => return Err(BadRequest(format!("the body's {pk} {v} is not the URL's {id}")).into()),
+            },
+            None => return Err(BadRequest("a record must be a JSON object".into()).into()),
+        }
+        Ok(match expect {
+            Some(v) => s.tables.put_if_version(&t, rec, v)?,
+            None => s.tables.put(&t, rec)?,
+        })
+    })
+    .await?;
+    let status = if r.version == 1 { StatusCode::CREATED } else { StatusCode::OK };
+    Ok(record_response(status, &r))
+}
+
+async fn patch_record(
+    State(app): State<App>,
+    Path((t, id)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
+    body: axum::Json<Value>,
+) -> ApiResult<Response> {
+    let expect = precondition(&headers)?;
+    let key = table_id(&id);
+    let patch = body.0;
+    let r = blocking(&app, move |s| Ok(s.tables.patch(&t, &key, &patch, expect)?)).await?;
+    Ok(record_response(StatusCode::OK, &r))
+}
+
+async fn delete_record(
+    State(app): State<App>,
+    Path((t, id)): Path<(String, String)>,
+    headers: axum::http::HeaderMap,
+) -> ApiResult<StatusCode> {
+    let expect = precondition(&headers)?;
+    let key = table_id(&id);
+    let found = blocking(&app, move |s| Ok(s.tables.delete(&t, &key, expect)?)).await?;
+    if found { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError(StatusCode::NOT_FOUND, format!("no record {id}"))) }
+}
+
+async fn list_indexes(State(app): State<App>, Path(t): Path<String>) -> ApiResult<axum::Json<Value>> {
+    let def = blocking(&app, move |s| Ok(s.tables.table(&t)?)).await?;
+    Ok(axum::Json(json!({ "indexes": def.indexes })))
+}
+
+#[derive(Deserialize)]
+struct CreateIndex {
+    attr: String,
+    #[serde(default = "default_kind")]
+    kind: cairn_tables::IndexKind,
+}
+
+fn default_kind() -> cairn_tables::IndexKind {
+    cairn_tables::IndexKind::Range
+}
+
+/// Creates an index; it fills in the background (`ready` in the listing says when queries use
+/// it). `?wait=true` answers once it is ready.
+async fn create_index(
+    State(app): State<App>,
+    Path((t, name)): Path<(String, String)>,
+    q: Query<BTreeMap<String, String>>,
+    body: axum::Json<CreateIndex>,
+) -> ApiResult<Response> {
+    let wait = q.0.get("wait").is_some_and(|v| v == "true" || v == "1");
+    let b = body.0;
+    let ix = blocking(&app, move |s| {
+        let ix = s.tables.create_index(&t, &name, &b.attr, b.kind)?;
+        if wait {
+            s.tables.wait_for_index(&t, &name)?;
+            return Ok(cairn_tables::IndexDef { ready: true, ..ix });
+        }
+        Ok(ix)
+    })
+    .await?;
+    Ok((StatusCode::CREATED, axum::Json(json!(ix))).into_response())
+}
+
+async fn drop_index(State(app): State<App>, Path((t, name)): Path<(String, String)>) -> ApiResult<StatusCode> {
+    blocking(&app, move |s| Ok(s.tables.drop_index(&t, &name)?)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
