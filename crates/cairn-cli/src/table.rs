@@ -149,14 +149,6 @@ pub enum IndexCommand {
     },
 }
 
-/// A primary key from the command line: JSON (an integer or a quoted string) or plain text.
-fn parse_id(s: &str) -> Value {
-    match serde_json::from_str::<Value>(s) {
-        Ok(v @ (Value::Number(_) | Value::String(_))) => v,
-        _ => Value::String(s.to_string()),
-    }
-}
-
 fn parse_json(what: &str, s: &str) -> Result<Value> {
     serde_json::from_str(s).with_context(|| format!("{what} is not valid JSON"))
 }
@@ -231,7 +223,9 @@ pub fn run(ctx: &mut Ctx, cmd: TableCommand, out: &mut dyn Write) -> Result<()> 
             }
         }
         TableCommand::Get { table, id, json } => {
-            let Some(r) = t.get(&table, &parse_id(&id))? else { bail!("no record {id} in table {table}") };
+            let Some(r) = t.get(&table, &cairn_tables::id_from_text(&id))? else {
+                bail!("no record {id} in table {table}")
+            };
             if json {
                 writeln!(out, "{}", json!({"version": r.version, "data": r.data}))?;
             } else {
@@ -239,11 +233,11 @@ pub fn run(ctx: &mut Ctx, cmd: TableCommand, out: &mut dyn Write) -> Result<()> 
             }
         }
         TableCommand::Patch { table, id, patch, if_version } => {
-            let r = t.patch(&table, &parse_id(&id), &parse_json("the patch", &patch)?, if_version)?;
+            let r = t.patch(&table, &cairn_tables::id_from_text(&id), &parse_json("the patch", &patch)?, if_version)?;
             writeln!(out, "version {}", r.version)?;
         }
         TableCommand::Rm { table, id, if_version } => {
-            if !t.delete(&table, &parse_id(&id), if_version)? {
+            if !t.delete(&table, &cairn_tables::id_from_text(&id), if_version)? {
                 bail!("no record {id} in table {table}");
             }
         }

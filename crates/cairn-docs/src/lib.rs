@@ -177,6 +177,18 @@ struct WriteState {
     uncommitted: Vec<u64>,
 }
 
+impl WriteState {
+    /// Puts a `docs/q/` row for document `id` into `batch`: its index entry must be redone if
+    /// the index is not committed before a crash. Remembered until the next index commit.
+    fn queue_index(&mut self, batch: &mut cairn_cas::Batch<'_>, id: u64) -> Result<()> {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        batch.kv_put(rows::queue_key(seq), id.to_be_bytes())?;
+        self.uncommitted.push(seq);
+        Ok(())
+    }
+}
+
 struct Inner {
     db: Db,
     store: Store,
@@ -405,10 +417,7 @@ impl Memory {
                         };
                         let v = VersionRecord { version, hash, size: doc.size, mime: doc.mime.clone(), added: now };
                         batch.kv_put(rows::version_key(id, version), encode(&v))?;
-                        let seq = w.next_seq;
-                        w.next_seq += 1;
-                        batch.kv_put(rows::queue_key(seq), id.to_be_bytes())?;
-                        w.uncommitted.push(seq);
+                        w.queue_index(&mut batch, id)?;
                         reindex.retain(|(i, _)| *i != id);
                         reindex.push((id, s.text));
                         let status = if before.is_some() { AddStatus::NewVersion } else { AddStatus::Added };
@@ -508,10 +517,7 @@ impl Memory {
         if status != AddStatus::Unchanged {
             let v = VersionRecord { version, hash, size: put.size, mime: doc.mime.clone(), added: now };
             batch.kv_put(rows::version_key(id, version), encode(&v))?;
-            let seq = w.next_seq;
-            w.next_seq += 1;
-            batch.kv_put(rows::queue_key(seq), id.to_be_bytes())?;
-            w.uncommitted.push(seq);
+            w.queue_index(&mut batch, id)?;
         }
         write_doc_rows(&mut RowSink::Cas(&mut batch), &doc, before.as_ref())?;
         batch.commit()?;
@@ -601,10 +607,7 @@ impl Memory {
             }
             let mut sink = RowSink::Cas(&mut batch);
             delete_doc_rows(&mut sink, &doc)?;
-            let seq = w.next_seq;
-            w.next_seq += 1;
-            batch.kv_put(rows::queue_key(seq), doc.id.to_be_bytes())?;
-            w.uncommitted.push(seq);
+            w.queue_index(&mut batch, doc.id)?;
             removed.push(doc.id);
         }
         batch.commit()?;

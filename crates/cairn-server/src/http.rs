@@ -501,15 +501,6 @@ pub const OPENAPI: &str = include_str!("openapi.json");
 
 // ---- Record tables ----
 
-/// A primary key from a URL segment: an integer, a JSON string (`"42"` for text digits), or
-/// plain text.
-fn table_id(s: &str) -> Value {
-    match serde_json::from_str::<Value>(s) {
-        Ok(v @ (Value::Number(_) | Value::String(_))) => v,
-        _ => Value::String(s.to_string()),
-    }
-}
-
 /// The version an `If-Match: "N"` header asks for; `If-None-Match: *` asks for absence (0).
 fn precondition(h: &axum::http::HeaderMap) -> ApiResult<Option<u64>> {
     if h.get(header::IF_NONE_MATCH).is_some_and(|v| v == "*") {
@@ -607,7 +598,7 @@ async fn insert_record(State(app): State<App>, Path(t): Path<String>, body: axum
 }
 
 async fn get_record(State(app): State<App>, Path((t, id)): Path<(String, String)>) -> ApiResult<Response> {
-    let key = table_id(&id);
+    let key = cairn_tables::id_from_text(&id);
     let r = blocking(&app, move |s| Ok(s.tables.get(&t, &key)?)).await?;
     match r {
         Some(r) => Ok(record_response(StatusCode::OK, &r)),
@@ -622,7 +613,7 @@ async fn put_record(
     body: axum::Json<Value>,
 ) -> ApiResult<Response> {
     let expect = precondition(&headers)?;
-    let key = table_id(&id);
+    let key = cairn_tables::id_from_text(&id);
     let mut rec = body.0;
     let r = blocking(&app, move |s| {
         let pk = s.tables.table(&t)?.pk;
@@ -654,7 +645,7 @@ async fn patch_record(
     body: axum::Json<Value>,
 ) -> ApiResult<Response> {
     let expect = precondition(&headers)?;
-    let key = table_id(&id);
+    let key = cairn_tables::id_from_text(&id);
     let patch = body.0;
     let r = blocking(&app, move |s| Ok(s.tables.patch(&t, &key, &patch, expect)?)).await?;
     Ok(record_response(StatusCode::OK, &r))
@@ -666,7 +657,7 @@ async fn delete_record(
     headers: axum::http::HeaderMap,
 ) -> ApiResult<StatusCode> {
     let expect = precondition(&headers)?;
-    let key = table_id(&id);
+    let key = cairn_tables::id_from_text(&id);
     let found = blocking(&app, move |s| Ok(s.tables.delete(&t, &key, expect)?)).await?;
     if found { Ok(StatusCode::NO_CONTENT) } else { Err(ApiError(StatusCode::NOT_FOUND, format!("no record {id}"))) }
 }

@@ -171,6 +171,15 @@ pub fn encode_id(id: &Value) -> Result<Vec<u8>> {
     Ok(b)
 }
 
+/// A primary key written as text (a command-line argument, a URL segment): an integer, a JSON
+/// string (`"42"` for text digits), or else the text itself.
+pub fn id_from_text(s: &str) -> Value {
+    match serde_json::from_str::<Value>(s) {
+        Ok(v @ (Value::Number(_) | Value::String(_))) => v,
+        _ => Value::String(s.to_string()),
+    }
+}
+
 fn id_text(id: &Value) -> String {
     match id {
         Value::String(s) => s.clone(),

@@ -116,30 +116,18 @@ fn cmp_ranges(op: Op, a: &Arg) -> Vec<KeyRange> {
             continue;
         }
         let (lo, hi) = (Bound::Included(vec![tag]), Bound::Excluded(vec![tag + 1]));
-        let after = successor(&k).map_or(Bound::Unbounded, Bound::Excluded);
+        // The first key after every entry holding exactly this value (encodings start with a
+        // type tag below 0xFF, so there always is one).
+        let after = successor(&k).expect("scalar encodings have a successor");
         out.push(match op {
             Op::Lt => (lo, Bound::Excluded(k)),
-            Op::Le => (lo, after),
-            Op::Gt => (after.map_bound_included(), hi),
+            Op::Le => (lo, Bound::Excluded(after)),
+            Op::Gt => (Bound::Included(after), hi),
             Op::Ge => (Bound::Included(k), hi),
             _ => continue,
         });
     }
     out
-}
-
-trait BoundExt {
-    fn map_bound_included(self) -> Bound<Vec<u8>>;
-}
-
-impl BoundExt for Bound<Vec<u8>> {
-    /// The first key after a prefix is where the next range starts (inclusive).
-    fn map_bound_included(self) -> Bound<Vec<u8>> {
-        match self {
-            Bound::Excluded(k) => Bound::Included(k),
-            b => b,
-        }
-    }
 }
 
 fn lower_max(a: &Bound<Vec<u8>>, b: &Bound<Vec<u8>>) -> Bound<Vec<u8>> {

@@ -14,6 +14,19 @@ fn q(t: &Tables, filter: &str) -> (Vec<Value>, String) {
     (r.records.iter().map(|r| r["id"].clone()).collect(), r.plan)
 }
 
+/// Filters compared between scans and index plans.
+const FILTERS: [&str; 9] = [
+    "age==30",
+    "age=gt=65",
+    "age=ge=30;age=lt=33",
+    "addr.city==Paris",
+    "name==p01*",
+    "tags=in=(t1,t2);age==21",
+    "age==30,age==31",
+    "addr.city!=Paris",
+    "age=lt=25,name==p1*",
+];
+
 fn people(t: &Tables, n: u64) {
     t.create_table("people", "id", None).unwrap();
     for i in 0..n {
@@ -85,20 +98,7 @@ fn indexes_build_in_background_and_queries_use_them() {
     let d = tempfile::tempdir().unwrap();
     let t = open(d.path());
     people(&t, 2000);
-    let before: Vec<(Vec<Value>, String)> = [
-        "age==30",
-        "age=gt=65",
-        "age=ge=30;age=lt=33",
-        "addr.city==Paris",
-        "name==p01*",
-        "tags=in=(t1,t2);age==21",
-        "age==30,age==31",
-        "addr.city!=Paris",
-        "age=lt=25,name==p1*",
-    ]
-    .iter()
-    .map(|f| q(&t, f))
-    .collect();
+    let before: Vec<(Vec<Value>, String)> = FILTERS.iter().map(|f| q(&t, f)).collect();
     for (_, plan) in &before {
         assert_eq!(plan, "scan");
     }
@@ -122,17 +122,6 @@ fn indexes_build_in_background_and_queries_use_them() {
     }
     assert_eq!(t.verify("people").unwrap(), 2050);
     // Same answers as a scan over the same data.
-    let filters = [
-        "age==30",
-        "age=gt=65",
-        "age=ge=30;age=lt=33",
-        "addr.city==Paris",
-        "name==p01*",
-        "tags=in=(t1,t2);age==21",
-        "age==30,age==31",
-        "addr.city!=Paris",
-        "age=lt=25,name==p1*",
-    ];
     let plans = [
         "index by_age",
         "index by_age",
@@ -144,7 +133,7 @@ fn indexes_build_in_background_and_queries_use_them() {
         "scan",
         "index by_age+by_name",
     ];
-    for (f, p) in filters.iter().zip(plans) {
+    for (f, p) in FILTERS.iter().zip(plans) {
         let (ids, plan) = q(&t, f);
         assert!(plan.starts_with(p), "{f}: {plan}");
         let all = t.query("people", &Query::default()).unwrap().records;
