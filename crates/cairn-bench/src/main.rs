@@ -16,6 +16,7 @@ mod report;
 mod runner;
 mod serve_bench;
 mod stream;
+mod tables_bench;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -52,6 +53,9 @@ enum Cmd {
     /// The daemon: framing against a plain length-prefixed exchange, 1-64 clients adding
     /// documents, a 16-client mixed load.
     Serve(serve_bench::ServeArgs),
+    /// Record tables (create, read, update, delete, 70/30 mix with 0-2 indexes, index lookup,
+    /// range scan, filter evaluation) against SQLite and PostgreSQL.
+    Tables(tables_bench::TablesArgs),
     /// Prints the table again from a `results.jsonl` written by `ycsb`.
     YcsbReport {
         /// The raw results (one JSON line per run).
@@ -130,6 +134,7 @@ fn main() -> ExitCode {
         Cmd::Ir(a) => ir::run(a),
         Cmd::Docs(a) => docs_bench::run(a),
         Cmd::Serve(a) => serve_bench::run(a),
+        Cmd::Tables(a) => tables_bench::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

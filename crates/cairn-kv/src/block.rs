@@ -344,4 +344,7 @@ impl InternalIterator for BlockIter {
     fn value(&self) -> &[u8] {
         &self.block.data[self.value_start..self.value_end]
     }
+    fn value_bytes(&self) -> Bytes {
+        BlockIter::value_bytes(self)
+    }
 }

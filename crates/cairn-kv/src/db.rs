@@ -271,12 +271,24 @@ impl DbInner {
         Ok(Some(found.value))
     }
 
-    /// Sequence number of the newest change to `user_key` (a put, delete or covering range
-    /// delete), for transaction validation. Runs with the write queue held.
-    pub(crate) fn latest_change(&self, sv: &SuperVersion, user_key: &[u8]) -> Result<Option<SeqNo>> {
-        let point = self.find_version(sv, user_key, MAX_SEQ)?.map(|f| f.seq);
-        let range = sv.max_covering(user_key, MAX_SEQ);
-        Ok(point.max(range))
+    /// Whether `user_key` changed (a put, delete or covering range delete) after sequence
+    /// number `since`, for transaction validation. Runs with the write queue held. Tables are
+    /// searched only when one holds an entry newer than `since`: otherwise any such change is
+    /// in a memtable.
+    pub(crate) fn changed_since(&self, sv: &SuperVersion, user_key: &[u8], since: SeqNo) -> Result<bool> {
+        if sv.max_covering(user_key, MAX_SEQ).is_some_and(|s| s > since) {
+            return Ok(true);
+        }
+        let hash = crate::bloom::key_hash(user_key);
+        for m in std::iter::once(&sv.mem).chain(&sv.imms) {
+            if let Some(f) = m.get(user_key, hash, MAX_SEQ) {
+                return Ok(f.seq > since);
+            }
+        }
+        if sv.version.max_seq <= since {
+            return Ok(false);
+        }
+        Ok(self.find_version(sv, user_key, MAX_SEQ)?.is_some_and(|f| f.seq > since))
     }
 }
 

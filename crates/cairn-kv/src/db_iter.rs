@@ -162,7 +162,7 @@ impl Iter {
             // The newest visible version of this key; skip its older versions.
             let uk = Bytes::copy_from_slice(p.user_key);
             let (seq, kind) = (p.seq, p.kind);
-            let value = Bytes::copy_from_slice(m.value());
+            let value = m.value_bytes();
             m.next()?;
             while m.valid() && key::user_key(m.key()) == uk.as_ref() {
                 m.next()?;
@@ -198,7 +198,7 @@ impl Iter {
             while m.valid() && key::user_key(m.key()) == uk.as_ref() {
                 let p = key::parse_internal_key(m.key()).ok_or_else(|| corrupt(m.key()))?;
                 if p.seq <= sh.seq {
-                    best = Some((p.seq, p.kind, Bytes::copy_from_slice(m.value())));
+                    best = Some((p.seq, p.kind, m.value_bytes()));
                 }
                 m.prev()?;
             }

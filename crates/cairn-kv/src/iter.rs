@@ -26,6 +26,11 @@ pub trait InternalIterator: Send {
     fn key(&self) -> &[u8];
     /// The current value.
     fn value(&self) -> &[u8];
+    /// The current value as shared bytes: without a copy where the entry lives in a block or
+    /// a memtable (the bytes keep that block alive).
+    fn value_bytes(&self) -> bytes::Bytes {
+        bytes::Bytes::copy_from_slice(self.value())
+    }
 }
 
 /// Boxed iterators are iterators.
@@ -56,5 +61,8 @@ impl<I: InternalIterator + ?Sized> InternalIterator for Box<I> {
     }
     fn value(&self) -> &[u8] {
         (**self).value()
+    }
+    fn value_bytes(&self) -> bytes::Bytes {
+        (**self).value_bytes()
     }
 }

@@ -267,6 +267,9 @@ impl InternalIterator for MemtableIter {
     fn value(&self) -> &[u8] {
         self.entry().map(|e| e.value().as_ref()).unwrap_or_default()
     }
+    fn value_bytes(&self) -> Bytes {
+        self.entry().map(|e| e.value().clone()).unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

@@ -122,6 +122,9 @@ impl InternalIterator for MergingIterator {
     fn value(&self) -> &[u8] {
         self.current.map(|i| self.children[i].value()).unwrap_or_default()
     }
+    fn value_bytes(&self) -> bytes::Bytes {
+        self.current.map(|i| self.children[i].value_bytes()).unwrap_or_default()
+    }
 }
 
 /// A cursor over the sorted, non-overlapping tables of one level.
@@ -240,5 +243,8 @@ impl InternalIterator for LevelIter {
     }
     fn value(&self) -> &[u8] {
         self.cur.as_ref().map(|c| c.value()).unwrap_or_default()
+    }
+    fn value_bytes(&self) -> bytes::Bytes {
+        self.cur.as_ref().map(|c| c.value_bytes()).unwrap_or_default()
     }
 }

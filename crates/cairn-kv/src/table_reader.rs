@@ -364,6 +364,9 @@ impl InternalIterator for TableIter {
     fn value(&self) -> &[u8] {
         self.data.as_ref().map_or(&[], |d| d.value())
     }
+    fn value_bytes(&self) -> Bytes {
+        TableIter::value_bytes(self)
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! Optimistic transactions: reads come from a snapshot taken at the start (plus the
-//! transaction's own writes); at commit, every key read or written is checked against writes
-//! committed after the snapshot, and a conflict fails the commit with [`Error::Conflict`]
+//! transaction's own writes); at commit, every key read or written (except writes made with
+//! `put_untracked`/`delete_untracked`) is checked against writes committed after the snapshot, and a conflict fails the commit with [`Error::Conflict`]
 //! without writing anything. Validation and the write happen in the group-commit leader, so no
 //! other write can slip between them.
 
@@ -21,7 +21,8 @@ use crate::{Error, Result};
 pub struct Transaction {
     db: Db,
     snapshot: Snapshot,
-    reads: BTreeSet<Vec<u8>>,
+    /// Keys validated at commit: those read and those written tracked.
+    tracked: BTreeSet<Vec<u8>>,
     writes: BTreeMap<Vec<u8>, Option<Bytes>>,
     batch: WriteBatch,
     opts: WriteOptions,
@@ -33,7 +34,7 @@ impl Transaction {
         Transaction {
             db,
             snapshot,
-            reads: BTreeSet::new(),
+            tracked: BTreeSet::new(),
             writes: BTreeMap::new(),
             batch: WriteBatch::new(),
             opts: WriteOptions::default(),
@@ -52,20 +53,37 @@ impl Transaction {
         if let Some(w) = self.writes.get(key) {
             return Ok(w.clone());
         }
-        self.reads.insert(key.to_vec());
+        self.tracked.insert(key.to_vec());
         self.snapshot.get(key)
     }
 
-    /// Buffers a put.
+    /// Buffers a put. The commit fails if another writer changed the key since the
+    /// transaction began.
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_untracked(&key, value)?;
+        self.tracked.insert(key.as_ref().to_vec());
+        Ok(())
+    }
+
+    /// Buffers a delete, validated at commit like [`Transaction::put`].
+    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+        self.delete_untracked(&key)?;
+        self.tracked.insert(key.as_ref().to_vec());
+        Ok(())
+    }
+
+    /// Buffers a put that is not validated at commit: for keys no other transaction writes
+    /// without also changing a key this one tracks (derived rows such as index entries), so
+    /// that checking them would only cost time.
+    pub fn put_untracked(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
         let (key, value) = (key.as_ref(), value.as_ref());
         self.batch.put(key, value)?;
         self.writes.insert(key.to_vec(), Some(Bytes::copy_from_slice(value)));
         Ok(())
     }
 
-    /// Buffers a delete.
-    pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
+    /// Buffers a delete that is not validated at commit (see [`Transaction::put_untracked`]).
+    pub fn delete_untracked(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
         let key = key.as_ref();
         self.batch.delete(key)?;
         self.writes.insert(key.to_vec(), None);
@@ -80,7 +98,7 @@ impl Transaction {
     /// Validates and applies the transaction atomically. Returns [`Error::Conflict`] if another
     /// writer changed a key this transaction read or wrote since it began.
     pub fn commit(self) -> Result<()> {
-        let keys: Vec<Vec<u8>> = self.reads.into_iter().chain(self.writes.into_keys()).collect();
+        let keys: Vec<Vec<u8>> = self.tracked.into_iter().collect();
         let validation = Validation { snapshot: self.snapshot.seq(), keys };
         self.db.write_request(WriteRequest { batch: self.batch, sync: self.opts.sync, validation: Some(validation) })
     }

@@ -67,6 +67,8 @@ pub(crate) struct Version {
     /// Range tombstones of flushed memtables, ordered by sequence number.
     pub tombstones: Vec<RangeTombstone>,
     pub fragmented: Arc<FragmentedTombstones>,
+    /// Highest sequence number of any entry in any table (0 when there are none).
+    pub max_seq: SeqNo,
 }
 
 impl Version {
@@ -75,6 +77,7 @@ impl Version {
             levels: vec![Vec::new(); num_levels],
             tombstones: Vec::new(),
             fragmented: Arc::new(FragmentedTombstones::default()),
+            max_seq: 0,
         }
     }
 
@@ -107,7 +110,8 @@ impl Version {
         } else {
             Arc::new(FragmentedTombstones::new(&tombstones))
         };
-        Ok(Version { levels, tombstones, fragmented })
+        let max_seq = levels.iter().flatten().map(|f| f.info.max_seq).max().unwrap_or(0);
+        Ok(Version { levels, tombstones, fragmented, max_seq })
     }
 
     /// Checks that levels 1+ are sorted and non-overlapping (used when opening).

@@ -121,7 +121,7 @@ impl GroupWrites {
 
 fn validate(inner: &DbInner, sv: &SuperVersion, v: &Validation, group: &GroupWrites) -> Result<()> {
     for k in &v.keys {
-        let changed = group.touches(k) || inner.latest_change(sv, k)?.is_some_and(|s| s > v.snapshot);
+        let changed = group.touches(k) || inner.changed_since(sv, k, v.snapshot)?;
         if changed {
             return Err(Error::Conflict { key: String::from_utf8_lossy(k).into_owned() });
         }

@@ -358,6 +358,22 @@ fn wildcard(s: &str, pat: &str) -> bool {
 }
 
 impl Expr {
+    /// The top-level attributes the filter reads (sorted, without duplicates): a record
+    /// holding only these matches exactly when the whole record does.
+    pub fn roots(&self) -> Vec<String> {
+        fn walk(e: &Expr, out: &mut Vec<String>) {
+            match e {
+                Expr::And(v) | Expr::Or(v) => v.iter().for_each(|e| walk(e, out)),
+                Expr::Cmp { path, .. } => out.push(path[0].clone()),
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &mut out);
+        out.sort();
+        out.dedup();
+        out
+    }
+
     /// Whether the record matches.
     pub fn matches(&self, rec: &Value) -> bool {
         match self {

@@ -125,8 +125,16 @@ pub struct Record {
     pub data: Value,
 }
 
+/// Decoded definitions by meta key, each with the bytes it was decoded from.
+type DefCache = HashMap<Vec<u8>, (bytes::Bytes, Arc<TableDef>)>;
+
 struct Inner {
     db: Db,
+    writes: WriteOptions,
+    /// Decoded table definitions by meta key, with the bytes they were decoded from: a reader
+    /// still reads the row (so it sees changes and a transaction validates it) but decodes
+    /// it only when it changed.
+    defs: Mutex<DefCache>,
     closing: AtomicBool,
     builders: Mutex<Vec<std::thread::JoinHandle<()>>>,
     build_errors: Mutex<HashMap<(String, String), String>>,
@@ -271,8 +279,160 @@ fn decode_record(key: &[u8], b: &[u8]) -> Result<Record> {
     Ok(Record { version, data })
 }
 
+/// The top-level attributes `roots` (sorted) of a stored record, other attributes skipped
+/// without being built: enough to evaluate a filter that reads only those. Skipped values are
+/// only delimited (strings by `memchr`), not validated; a record that matches is decoded whole,
+/// and [`Tables::verify`] decodes every record.
+fn decode_sparse(key: &[u8], b: &[u8], roots: &[String]) -> Result<Value> {
+    if b.len() < 9 || b[0] != 1 {
+        return Err(Error::corrupt(key, "bad record header"));
+    }
+    sparse::object(&b[9..], roots).map_err(|e| Error::corrupt(key, e))
+}
+
+impl fiql::Expr {
+    /// Whether the JSON object text `json` matches, building only the top-level attributes the
+    /// filter reads (the others are delimited, not validated).
+    pub fn matches_json(&self, json: &[u8]) -> std::result::Result<bool, String> {
+        Ok(self.matches(&sparse::object(json, &self.roots())?))
+    }
+}
+
+mod sparse {
+    use serde_json::{Map, Value};
+
+    fn ws(b: &[u8], mut i: usize) -> usize {
+        while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
+            i += 1;
+        }
+        i
+    }
+
+    fn expect(b: &[u8], i: usize, c: u8) -> Result<usize, String> {
+        if b.get(i) == Some(&c) { Ok(i + 1) } else { Err(format!("expected {:?} at byte {i}", c as char)) }
+    }
+
+    /// The end of the string whose opening quote is at `i`, and whether it holds escapes.
+    fn string(b: &[u8], i: usize) -> Result<(usize, bool), String> {
+        let mut j = expect(b, i, b'"')?;
+        let mut escaped = false;
+        loop {
+            // Attribute names and most values are short: look at a few bytes before memchr.
+            let near = b.len().min(j + 16);
+            let found = match b[j..near].iter().position(|&c| c == b'"' || c == b'\\') {
+                Some(n) => Some(n),
+                None => memchr::memchr2(b'"', b'\\', &b[near..]).map(|n| n + near - j),
+            };
+            match found {
+                Some(n) if b[j + n] == b'"' => return Ok((j + n + 1, escaped)),
+                Some(n) => {
+                    escaped = true;
+                    j += n + 2;
+                    if j > b.len() {
+                        break;
+                    }
+                }
+                None => break,
+            }
+        }
+        Err(format!("unterminated string at byte {i}"))
+    }
+
+    /// The end of the value starting at `i`.
+    fn skip(b: &[u8], i: usize) -> Result<usize, String> {
+        let mut depth = 0usize;
+        let mut j = i;
+        loop {
+            match b.get(j) {
+                Some(b'"') => j = string(b, j)?.0,
+                Some(b'{' | b'[') => {
+                    depth += 1;
+                    j += 1;
+                }
+                Some(b'}' | b']') if depth > 0 => {
+                    depth -= 1;
+                    j += 1;
+                }
+                Some(b',' | b':' | b' ' | b'\n' | b'\r' | b'\t') if depth > 0 => j += 1,
+                Some(c) if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'+' | b'.') => {
+                    while b.get(j).is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'+' | b'.')) {
+                        j += 1;
+                    }
+                }
+                _ if j == i => return Err(format!("expected a value at byte {i}")),
+                Some(_) if depth == 0 => return Ok(j),
+                _ => return Err(format!("bad value at byte {j}")),
+            }
+            if depth == 0 {
+                return Ok(j);
+            }
+        }
+    }
+
+    /// The attributes `roots` of the JSON object `b` (few: compared one by one).
+    pub(super) fn object(b: &[u8], roots: &[String]) -> Result<Value, String> {
+        let mut out = Map::new();
+        let mut i = expect(b, ws(b, 0), b'{')?;
+        i = ws(b, i);
+        if b.get(i) == Some(&b'}') {
+            i += 1;
+        } else {
+            loop {
+                let (end, escaped) = string(b, i)?;
+                let name: Option<std::borrow::Cow<'_, str>> = if escaped {
+                    let n = serde_json::from_slice::<String>(&b[i..end]).map_err(|e| e.to_string())?;
+                    roots.contains(&n).then(|| n.into())
+                } else {
+                    let raw = &b[i + 1..end - 1];
+                    match roots.iter().any(|r| r.as_bytes() == raw) {
+                        true => Some(std::str::from_utf8(raw).map_err(|e| e.to_string())?.into()),
+                        false => None,
+                    }
+                };
+                i = expect(b, ws(b, end), b':')?;
+                i = ws(b, i);
+                if let Some(name) = name {
+                    let mut it = serde_json::Deserializer::from_slice(&b[i..]).into_iter::<Value>();
+                    let v = it.next().ok_or("expected a value")?.map_err(|e| e.to_string())?;
+                    i += it.byte_offset();
+                    out.insert(name.into_owned(), v);
+                } else {
+                    i = skip(b, i)?;
+                }
+                i = ws(b, i);
+                match b.get(i) {
+                    Some(b',') => i = ws(b, i + 1),
+                    Some(b'}') => {
+                        i += 1;
+                        break;
+                    }
+                    _ => return Err(format!("expected ',' or '}}' at byte {i}")),
+                }
+            }
+        }
+        if ws(b, i) != b.len() {
+            return Err(format!("trailing bytes at byte {i}"));
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 fn decode_def(key: &[u8], b: &[u8]) -> Result<TableDef> {
     serde_json::from_slice(b).map_err(|e| Error::corrupt(key, e.to_string()))
+}
+
+impl Inner {
+    /// The definition stored as `b` under meta key `key`, decoded once per change.
+    fn def(&self, key: &[u8], b: bytes::Bytes) -> Result<Arc<TableDef>> {
+        if let Some((have, d)) = self.defs.lock().get(key)
+            && *have == b
+        {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(decode_def(key, &b)?);
+        self.defs.lock().insert(key.to_vec(), (b, d.clone()));
+        Ok(d)
+    }
 }
 
 /// RFC 7396 JSON merge patch.
@@ -299,17 +459,18 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
 /// writer changed a record or table this transaction read or wrote.
 pub struct Tx {
     txn: Transaction,
-    defs: HashMap<String, TableDef>,
+    defs: HashMap<String, Arc<TableDef>>,
+    inner: Arc<Inner>,
 }
 
 impl Tx {
-    fn def(&mut self, table: &str) -> Result<TableDef> {
+    fn def(&mut self, table: &str) -> Result<Arc<TableDef>> {
         if let Some(d) = self.defs.get(table) {
             return Ok(d.clone());
         }
         let k = keys::meta_key(table);
         let b = self.txn.get(&k)?.ok_or_else(|| Error::NoTable(table.to_string()))?;
-        let d = decode_def(&k, &b)?;
+        let d = self.inner.def(&k, b)?;
         self.defs.insert(table.to_string(), d.clone());
         Ok(d)
     }
@@ -326,11 +487,13 @@ impl Tx {
         for ix in &def.indexes {
             let before = entries(&def.name, ix, pk, old.map(|r| &r.data));
             let after = entries(&def.name, ix, pk, new);
+            // Entries are keyed by record: only writers of this record (tracked above) or
+            // the builder (which reads it) touch them, so they need no validation.
             for k in before.difference(&after) {
-                self.txn.delete(k)?;
+                self.txn.delete_untracked(k)?;
             }
             for k in after.difference(&before) {
-                self.txn.put(k, [])?;
+                self.txn.put_untracked(k, [])?;
             }
         }
         let k = keys::record_key(&def.name, pk);
@@ -426,11 +589,21 @@ impl Expect {
 }
 
 impl Tables {
-    /// Opens the tables of `db`; resumes building indexes a restart interrupted.
+    /// Opens the tables of `db`; resumes building indexes a restart interrupted. Every write
+    /// is durable (synced) before it returns.
     pub fn open(db: Db) -> Result<Tables> {
+        Tables::open_with(db, WriteOptions::default())
+    }
+
+    /// [`Tables::open`] with the durability of record writes: with
+    /// [`WriteOptions::no_sync`] a write survives a crash of the process but the last ones
+    /// may be lost in a power cut (never torn, never out of order, indexes always in step).
+    pub fn open_with(db: Db, writes: WriteOptions) -> Result<Tables> {
         let t = Tables {
             inner: Arc::new(Inner {
                 db,
+                writes,
+                defs: Mutex::default(),
                 closing: AtomicBool::new(false),
                 builders: Mutex::default(),
                 build_errors: Mutex::default(),
@@ -453,7 +626,8 @@ impl Tables {
     /// may run more than once; its writes land only with a successful commit.
     pub fn transaction<T>(&self, mut f: impl FnMut(&mut Tx) -> Result<T>) -> Result<T> {
         for _ in 0..RETRIES {
-            let mut tx = Tx { txn: self.inner.db.transaction(), defs: HashMap::new() };
+            let mut tx = Tx { txn: self.inner.db.transaction(), defs: HashMap::new(), inner: self.inner.clone() };
+            tx.txn.set_write_options(self.inner.writes);
             let out = f(&mut tx)?;
             match tx.txn.commit() {
                 Ok(()) => return Ok(out),
@@ -478,9 +652,13 @@ impl Tables {
 
     /// One table's definition.
     pub fn table(&self, name: &str) -> Result<TableDef> {
+        Ok((*self.def_at(&self.inner.db.snapshot(), name)?).clone())
+    }
+
+    fn def_at(&self, snap: &cairn_kv::Snapshot, name: &str) -> Result<Arc<TableDef>> {
         let k = keys::meta_key(name);
-        let b = self.inner.db.get(&k)?.ok_or_else(|| Error::NoTable(name.to_string()))?;
-        decode_def(&k, &b)
+        let b = snap.get(&k)?.ok_or_else(|| Error::NoTable(name.to_string()))?;
+        self.inner.def(&k, b)
     }
 
     /// Creates a table whose records are keyed by attribute `pk`.
@@ -549,9 +727,10 @@ impl Tables {
 
     /// The record with primary key `id`.
     pub fn get(&self, table: &str, id: &Value) -> Result<Option<Record>> {
-        self.table(table)?;
+        let snap = self.inner.db.snapshot();
+        self.def_at(&snap, table)?;
         let k = keys::record_key(table, &encode_id(id)?);
-        self.inner.db.get(&k)?.map(|b| decode_record(&k, &b)).transpose()
+        snap.get(&k)?.map(|b| decode_record(&k, &b)).transpose()
     }
 
     /// Creates an index on attribute `attr` (dotted path) and fills it in the background;
@@ -562,7 +741,7 @@ impl Tables {
             return Err(Error::Invalid(format!("attribute {attr:?} is not a dotted path")));
         }
         let ix = self.transaction(|tx| {
-            let mut def = tx.def(table)?;
+            let mut def = (*tx.def(table)?).clone();
             if def.indexes.iter().any(|i| i.name == name) {
                 return Err(Error::Invalid(format!("table {table} already has an index {name}")));
             }
@@ -579,7 +758,7 @@ impl Tables {
     /// Drops an index and its entries.
     pub fn drop_index(&self, table: &str, name: &str) -> Result<()> {
         let id = self.transaction(|tx| {
-            let mut def = tx.def(table)?;
+            let mut def = (*tx.def(table)?).clone();
             let pos = def
                 .indexes
                 .iter()
@@ -653,12 +832,12 @@ impl Tables {
                     if let Some(b) = tx.txn.get(k)? {
                         let r = decode_record(k, &b)?;
                         for e in entries(table, ix, &k[prefix.len()..], Some(&r.data)) {
-                            tx.txn.put(e, [])?;
+                            tx.txn.put_untracked(e, [])?;
                         }
                     }
                 }
                 if last {
-                    let mut def = def.clone();
+                    let mut def = (*def).clone();
                     def.indexes.iter_mut().filter(|i| i.id == id).for_each(|i| i.ready = true);
                     tx.txn.set_write_options(WriteOptions::default());
                     tx.txn.put(keys::meta_key(table), serde_json::to_vec(&def).expect("serializes"))?;
@@ -681,8 +860,7 @@ impl Tables {
     /// other entries do. Returns the number of records.
     pub fn verify(&self, table: &str) -> Result<u64> {
         let snap = self.inner.db.snapshot();
-        let mk = keys::meta_key(table);
-        let def = decode_def(&mk, &snap.get(&mk)?.ok_or_else(|| Error::NoTable(table.into()))?)?;
+        let def = self.def_at(&snap, table)?;
         let prefix = keys::records_prefix(table);
         let mut want: BTreeMap<u32, BTreeSet<Vec<u8>>> = BTreeMap::new();
         let mut n = 0;
@@ -718,5 +896,77 @@ impl Tables {
         for h in self.inner.builders.lock().drain(..) {
             let _ = h.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (-5i64..5).prop_map(Value::from),
+            "[ab\"\\\\é]{0,3}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::btree_map("[ab\"]{1,2}", inner, 0..3)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        /// A filter gives the same answer on the sparse decoding as on the whole record.
+        #[test]
+        fn sparse_records_match_like_whole_ones(
+            attrs in proptest::collection::vec(("[ab\"]{1,2}", json_value()), 0..5),
+            filter in "[ab](\\.[ab])?(==|!=|=lt=|=ge=|=in=\\()(-?[0-9]|a|b|true|null|'a\\\\\"')(\\))?\
+                       ([;,][ab](==|=gt=)[0-9a])?",
+        ) {
+            // Written by hand so that a key can repeat (the last one wins, as in serde_json).
+            let body: Vec<String> = attrs.iter().map(|(k, v)| format!("{}:{v}", Value::from(k.as_str()))).collect();
+            let mut b = vec![1u8];
+            b.extend_from_slice(&1u64.to_le_bytes());
+            b.extend_from_slice(format!("{{{}}}", body.join(",")).as_bytes());
+            let whole = decode_record(b"k", &b).unwrap().data;
+            let Ok(e) = fiql::parse(&filter) else { return Ok(()) };
+            let sparse = decode_sparse(b"k", &b, &e.roots()).unwrap();
+            prop_assert_eq!(e.matches(&sparse), e.matches(&whole), "{} on {}", filter, whole);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn sparse_decoding_of_garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..64),
+                                                   json in "[{}\\[\\]\":,ab1 \\\\]{0,40}") {
+            for body in [&b[..], json.as_bytes()] {
+                let mut rec = vec![1u8];
+                rec.extend_from_slice(&1u64.to_le_bytes());
+                rec.extend_from_slice(body);
+                let _ = decode_sparse(b"k", &rec, &["a".into()]);
+                // Whatever the whole decoding accepts as an object, the sparse one accepts too.
+                if let Ok(Value::Object(_)) = serde_json::from_slice::<Value>(body) {
+                    prop_assert!(decode_sparse(b"k", &rec, &["a".into()]).is_ok());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn sparse_decoding_rejects_what_whole_decoding_rejects() {
+        // Records are objects (every write checks), so an array is damage too.
+        for bad in [&b"{\"a\":1"[..], b"{\"a\":1} x", b"[1]", b"", b"{\"a\":tru}"] {
+            let mut b = vec![1u8];
+            b.extend_from_slice(&1u64.to_le_bytes());
+            b.extend_from_slice(bad);
+            assert!(decode_sparse(b"k", &b, &["a".into()]).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(bad == b"[1]" || decode_record(b"k", &b).is_err());
+        }
+        assert!(decode_sparse(b"k", b"\x02short", &[]).is_err());
     }
 }

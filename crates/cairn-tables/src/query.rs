@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::fiql::{self, Arg, Expr, Op};
-use crate::{Error, IndexDef, IndexKind, Result, TableDef, Tables, decode_def, decode_record, keys};
+use crate::{Error, IndexDef, IndexKind, Result, TableDef, Tables, decode_record, decode_sparse, keys};
 
 /// What to read from a table.
 #[derive(Clone, Debug, Default)]
@@ -298,26 +298,35 @@ impl Tables {
             }
         }
         let snap = self.db().snapshot();
-        let mk = keys::meta_key(table);
-        let def = decode_def(&mk, &snap.get(&mk)?.ok_or_else(|| Error::NoTable(table.into()))?)?;
+        let def = self.def_at(&snap, table)?;
         let plan = expr.as_ref().map_or(Plan::Scan, |e| plan(&def, e));
         // Without sorting, records come in key order and the scan can stop at offset + limit.
         let stop = if q.sort.is_empty() { q.limit.map(|l| l.saturating_add(q.offset)) } else { None };
         let mut out = Vec::new();
         let mut examined = 0u64;
-        let keep = |data: Value, out: &mut Vec<Value>| -> bool {
-            if expr.as_ref().is_none_or(|e| e.matches(&data)) {
-                out.push(data);
+        // A scan first tries the filter on the attributes it reads and decodes only matches
+        // whole (most records of a scan do not match; most index candidates do).
+        let roots = expr.as_ref().filter(|_| matches!(plan, Plan::Scan)).map(fiql::Expr::roots);
+        let mut keep = |k: &[u8], v: &[u8], out: &mut Vec<Value>| -> Result<bool> {
+            examined += 1;
+            if let (Some(e), Some(roots)) = (&expr, &roots)
+                && !e.matches(&decode_sparse(k, v, roots)?)
+            {
+                return Ok(true);
             }
-            stop.is_none_or(|s| out.len() < s)
+            let data = decode_record(k, v)?.data;
+            if roots.is_none() && expr.as_ref().is_some_and(|e| !e.matches(&data)) {
+                return Ok(true);
+            }
+            out.push(data);
+            Ok(stop.is_none_or(|s| out.len() < s))
         };
         let prefix = keys::records_prefix(table);
         let desc = match &plan {
             Plan::Scan => {
                 for kv in snap.prefix(&prefix) {
                     let (k, v) = kv?;
-                    examined += 1;
-                    if !keep(decode_record(&k, &v)?.data, &mut out) {
+                    if !keep(&k, &v, &mut out)? {
                         break;
                     }
                 }
@@ -366,8 +375,7 @@ impl Tables {
                 for pk in pks {
                     let k = [&prefix[..], &pk].concat();
                     let Some(v) = snap.get(&k)? else { continue };
-                    examined += 1;
-                    if !keep(decode_record(&k, &v)?.data, &mut out) {
+                    if !keep(&k, &v, &mut out)? {
                         break;
                     }
                 }

@@ -87,3 +87,59 @@ fn concurrent_increments_are_serializable() {
     let v = db.get(b"counter").unwrap().unwrap();
     assert_eq!(u64::from_le_bytes(v[..8].try_into().unwrap()), 200);
 }
+
+#[test]
+fn conflicts_are_found_after_the_newer_write_is_flushed_and_compacted() {
+    let (db, _) = mem_db();
+    db.put(b"k", b"0").unwrap();
+    db.put(b"other", b"0").unwrap();
+    db.flush().unwrap();
+    // Both keys live in a table older than the snapshot: a commit needs no table search.
+    let mut quiet = db.transaction();
+    quiet.get(b"k").unwrap();
+    quiet.put(b"other", b"1").unwrap();
+    quiet.commit().unwrap();
+
+    let mut t = db.transaction();
+    assert_eq!(t.get(b"k").unwrap().as_deref(), Some(&b"0"[..]));
+    db.put(b"k", b"1").unwrap();
+    db.flush().unwrap();
+    t.put(b"unrelated", b"x").unwrap();
+    assert!(t.commit().unwrap_err().is_conflict(), "the change is in a table, not a memtable");
+
+    let mut t = db.transaction();
+    t.get(b"k").unwrap();
+    db.put(b"k", b"2").unwrap();
+    db.flush().unwrap();
+    db.compact_all().unwrap();
+    assert!(t.commit().unwrap_err().is_conflict(), "and after compaction");
+    assert_eq!(db.get(b"unrelated").unwrap(), None);
+}
+
+#[test]
+fn untracked_writes_are_not_validated_but_land_atomically() {
+    let (db, _) = mem_db();
+    let mut t1 = db.transaction();
+    let mut t2 = db.transaction();
+    t1.put_untracked(b"entry", b"1").unwrap();
+    t1.put(b"row1", b"a").unwrap();
+    t2.put_untracked(b"entry", b"2").unwrap();
+    t2.delete_untracked(b"gone").unwrap();
+    t2.put(b"row2", b"b").unwrap();
+    assert_eq!(t2.get(b"entry").unwrap().as_deref(), Some(&b"2"[..]), "read your own untracked write");
+    t1.commit().unwrap();
+    t2.commit().unwrap();
+    assert_eq!(db.get(b"entry").unwrap().as_deref(), Some(&b"2"[..]));
+    assert_eq!(db.get(b"row1").unwrap().as_deref(), Some(&b"a"[..]));
+    assert_eq!(db.get(b"row2").unwrap().as_deref(), Some(&b"b"[..]));
+
+    // A tracked write of a key an untracked write also touched still conflicts.
+    let mut t3 = db.transaction();
+    let mut t4 = db.transaction();
+    t3.put_untracked(b"entry", b"3").unwrap();
+    t3.put(b"row1", b"c").unwrap();
+    t4.put(b"entry", b"4").unwrap();
+    t3.commit().unwrap();
+    assert!(t4.commit().unwrap_err().is_conflict());
+    assert_eq!(db.get(b"entry").unwrap().as_deref(), Some(&b"3"[..]));
+}
