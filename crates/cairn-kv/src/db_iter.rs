@@ -261,8 +261,9 @@ impl DoubleEndedIterator for Iter {
     }
 }
 
-/// The smallest key greater than every key starting with `prefix`, if any.
-pub(crate) fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
+/// The smallest key greater than every key starting with `prefix`, if any (none when the
+/// prefix is all `0xFF` bytes): the exclusive end of a prefix range.
+pub fn prefix_successor(prefix: &[u8]) -> Option<Vec<u8>> {
     let mut s = prefix.to_vec();
     while let Some(last) = s.pop() {
         if last < 0xFF {

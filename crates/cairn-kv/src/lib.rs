@@ -54,7 +54,7 @@ mod write_queue;
 
 pub use batch::{BatchOp, WriteBatch};
 pub use db::{Db, WriteOptions};
-pub use db_iter::{Iter, KvPair};
+pub use db_iter::{Iter, KvPair, prefix_successor};
 pub use key::SeqNo;
 pub use snapshot::Snapshot;
 pub use stats::{LevelStats, Stats};

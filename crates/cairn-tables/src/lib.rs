@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use cairn_kv::{Db, Transaction, WriteOptions};
+use cairn_kv::{Db, Transaction, WriteOptions, prefix_successor};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -422,15 +422,22 @@ fn decode_def(key: &[u8], b: &[u8]) -> Result<TableDef> {
 }
 
 impl Inner {
-    /// The definition stored as `b` under meta key `key`, decoded once per change.
-    fn def(&self, key: &[u8], b: bytes::Bytes) -> Result<Arc<TableDef>> {
-        if let Some((have, d)) = self.defs.lock().get(key)
+    /// The definition of table `name`, its row read by `get` (from the engine, a snapshot or a
+    /// transaction) and decoded once per change of the row.
+    fn def(
+        &self,
+        name: &str,
+        get: impl FnOnce(&[u8]) -> cairn_kv::Result<Option<bytes::Bytes>>,
+    ) -> Result<Arc<TableDef>> {
+        let key = keys::meta_key(name);
+        let b = get(&key)?.ok_or_else(|| Error::NoTable(name.to_string()))?;
+        if let Some((have, d)) = self.defs.lock().get(&key)
             && *have == b
         {
             return Ok(d.clone());
         }
-        let d = Arc::new(decode_def(key, &b)?);
-        self.defs.lock().insert(key.to_vec(), (b, d.clone()));
+        let d = Arc::new(decode_def(&key, &b)?);
+        self.defs.lock().insert(key, (b, d.clone()));
         Ok(d)
     }
 }
@@ -468,9 +475,7 @@ impl Tx {
         if let Some(d) = self.defs.get(table) {
             return Ok(d.clone());
         }
-        let k = keys::meta_key(table);
-        let b = self.txn.get(&k)?.ok_or_else(|| Error::NoTable(table.to_string()))?;
-        let d = self.inner.def(&k, b)?;
+        let d = self.inner.def(table, |k| self.txn.get(k))?;
         self.defs.insert(table.to_string(), d.clone());
         Ok(d)
     }
@@ -652,13 +657,7 @@ impl Tables {
 
     /// One table's definition.
     pub fn table(&self, name: &str) -> Result<TableDef> {
-        Ok((*self.def_at(&self.inner.db.snapshot(), name)?).clone())
-    }
-
-    fn def_at(&self, snap: &cairn_kv::Snapshot, name: &str) -> Result<Arc<TableDef>> {
-        let k = keys::meta_key(name);
-        let b = snap.get(&k)?.ok_or_else(|| Error::NoTable(name.to_string()))?;
-        self.inner.def(&k, b)
+        Ok((*self.inner.def(name, |k| self.inner.db.get(k))?).clone())
     }
 
     /// Creates a table whose records are keyed by attribute `pk`.
@@ -692,8 +691,7 @@ impl Tables {
         let mut b = cairn_kv::WriteBatch::new();
         b.delete(keys::meta_key(name))?;
         for p in [keys::records_prefix(name), keys::table_index_prefix(name)] {
-            let mut end = p.clone();
-            *end.last_mut().expect("ends in /") += 1;
+            let end = prefix_successor(&p).expect("ends in /");
             b.delete_range(p, end)?;
         }
         self.inner.db.write(b)?;
@@ -727,10 +725,9 @@ impl Tables {
 
     /// The record with primary key `id`.
     pub fn get(&self, table: &str, id: &Value) -> Result<Option<Record>> {
-        let snap = self.inner.db.snapshot();
-        self.def_at(&snap, table)?;
+        self.inner.def(table, |k| self.inner.db.get(k))?;
         let k = keys::record_key(table, &encode_id(id)?);
-        snap.get(&k)?.map(|b| decode_record(&k, &b)).transpose()
+        self.inner.db.get(&k)?.map(|b| decode_record(&k, &b)).transpose()
     }
 
     /// Creates an index on attribute `attr` (dotted path) and fills it in the background;
@@ -770,8 +767,7 @@ impl Tables {
         })?;
         // Nothing writes entries of an index missing from the definition any more.
         let p = keys::index_prefix(table, id);
-        let mut end = p.clone();
-        *end.last_mut().expect("ends in /") += 1;
+        let end = prefix_successor(&p).expect("ends in /");
         self.inner.db.delete_range(p, end)?;
         Ok(())
     }
@@ -809,8 +805,7 @@ impl Tables {
     /// Fills index `id` of `table` from its records, a chunk per transaction; marks it ready.
     fn build(&self, table: &str, id: u32) -> Result<()> {
         let prefix = keys::records_prefix(table);
-        let mut end = prefix.clone();
-        *end.last_mut().expect("ends in /") += 1;
+        let end = prefix_successor(&prefix).expect("ends in /");
         let mut from = prefix.clone();
         loop {
             if self.inner.closing.load(Ordering::Relaxed) {
@@ -860,7 +855,7 @@ impl Tables {
     /// other entries do. Returns the number of records.
     pub fn verify(&self, table: &str) -> Result<u64> {
         let snap = self.inner.db.snapshot();
-        let def = self.def_at(&snap, table)?;
+        let def = self.inner.def(table, |k| snap.get(k))?;
         let prefix = keys::records_prefix(table);
         let mut want: BTreeMap<u32, BTreeSet<Vec<u8>>> = BTreeMap::new();
         let mut n = 0;

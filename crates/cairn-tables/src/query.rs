@@ -7,6 +7,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
+use cairn_kv::prefix_successor;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -48,20 +49,8 @@ enum Plan {
     Index(Vec<(IndexDef, Vec<KeyRange>)>),
 }
 
-/// The smallest key above every key starting with `p`.
-fn successor(p: &[u8]) -> Option<Vec<u8>> {
-    let mut v = p.to_vec();
-    while let Some(last) = v.pop() {
-        if last < 0xFF {
-            v.push(last + 1);
-            return Some(v);
-        }
-    }
-    None
-}
-
 fn prefix_range(p: Vec<u8>) -> KeyRange {
-    let end = successor(&p).map_or(Bound::Unbounded, Bound::Excluded);
+    let end = prefix_successor(&p).map_or(Bound::Unbounded, Bound::Excluded);
     (Bound::Included(p), end)
 }
 
@@ -118,7 +107,7 @@ fn cmp_ranges(op: Op, a: &Arg) -> Vec<KeyRange> {
         let (lo, hi) = (Bound::Included(vec![tag]), Bound::Excluded(vec![tag + 1]));
         // The first key after every entry holding exactly this value (encodings start with a
         // type tag below 0xFF, so there always is one).
-        let after = successor(&k).expect("scalar encodings have a successor");
+        let after = prefix_successor(&k).expect("scalar encodings have a successor");
         out.push(match op {
             Op::Lt => (lo, Bound::Excluded(k)),
             Op::Le => (lo, Bound::Excluded(after)),
@@ -298,7 +287,7 @@ impl Tables {
             }
         }
         let snap = self.db().snapshot();
-        let def = self.def_at(&snap, table)?;
+        let def = self.inner.def(table, |k| snap.get(k))?;
         let plan = expr.as_ref().map_or(Plan::Scan, |e| plan(&def, e));
         // Without sorting, records come in key order and the scan can stop at offset + limit.
         let stop = if q.sort.is_empty() { q.limit.map(|l| l.saturating_add(q.offset)) } else { None };
@@ -343,7 +332,7 @@ impl Tables {
                         Bound::Excluded(k) => Bound::Excluded([&ip[..], k].concat()),
                         Bound::Unbounded => Bound::Unbounded,
                     };
-                    let end = successor(&ip).expect("prefix has a successor");
+                    let end = prefix_successor(&ip).expect("prefix has a successor");
                     for r in ranges {
                         n_ranges += 1;
                         let hi = match with(&r.1) {
