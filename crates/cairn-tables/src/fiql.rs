@@ -322,14 +322,22 @@ pub fn compare(v: &Value, a: &Arg) -> Option<std::cmp::Ordering> {
     match v {
         Value::Number(n) => Some(n.as_f64()?.total_cmp(&a.number()?)),
         Value::String(s) => Some(s.as_str().cmp(a.text.as_str())),
-        Value::Bool(b) if !a.quoted => match a.text.as_str() {
-            "true" => Some(b.cmp(&true)),
-            "false" => Some(b.cmp(&false)),
-            _ => None,
-        },
-        Value::Null if !a.quoted && a.text == "null" => Some(std::cmp::Ordering::Equal),
+        Value::Bool(b) => bool_order(*b, a),
+        Value::Null => null_order(a),
         _ => None,
     }
+}
+
+fn bool_order(b: bool, a: &Arg) -> Option<std::cmp::Ordering> {
+    match (a.quoted, a.text.as_str()) {
+        (false, "true") => Some(b.cmp(&true)),
+        (false, "false") => Some(b.cmp(&false)),
+        _ => None,
+    }
+}
+
+fn null_order(a: &Arg) -> Option<std::cmp::Ordering> {
+    (!a.quoted && a.text == "null").then_some(std::cmp::Ordering::Equal)
 }
 
 /// Whether `v` equals the argument (with wildcards for unquoted text).
@@ -382,20 +390,100 @@ impl Expr {
             Expr::Cmp { path, op, args } => {
                 let mut vals = Vec::new();
                 lookup(rec, path, &mut vals);
-                let any = |f: &dyn Fn(&Value) -> bool| vals.iter().any(|v| f(v));
-                use std::cmp::Ordering::*;
-                match op {
-                    Op::Eq => any(&|v| equals(v, &args[0])),
-                    Op::Ne => !any(&|v| equals(v, &args[0])),
-                    Op::In => any(&|v| args.iter().any(|a| equals(v, a))),
-                    Op::Out => !any(&|v| args.iter().any(|a| equals(v, a))),
-                    Op::Lt => any(&|v| compare(v, &args[0]) == Some(Less)),
-                    Op::Le => any(&|v| matches!(compare(v, &args[0]), Some(Less | Equal))),
-                    Op::Gt => any(&|v| compare(v, &args[0]) == Some(Greater)),
-                    Op::Ge => any(&|v| matches!(compare(v, &args[0]), Some(Greater | Equal))),
-                }
+                holds(*op, args, &vals)
             }
         }
+    }
+
+    /// Whether a record matches, given its top-level attributes by name (at least
+    /// [`Expr::roots`]): answers as [`Expr::matches`] on the record built from them.
+    pub fn matches_attrs<'a>(&self, attr: &impl Fn(&str) -> &'a Attr<'a>) -> bool {
+        match self {
+            Expr::And(v) => v.iter().all(|e| e.matches_attrs(attr)),
+            Expr::Or(v) => v.iter().any(|e| e.matches_attrs(attr)),
+            Expr::Cmp { path, op, args } => match attr(&path[0]) {
+                Attr::Absent => holds::<&Value>(*op, args, &[]),
+                Attr::Scalar(s) if path.len() == 1 => holds(*op, args, &[*s]),
+                Attr::Scalar(_) => holds::<&Value>(*op, args, &[]),
+                Attr::Value(v) => {
+                    let mut vals = Vec::new();
+                    lookup(v, &path[1..], &mut vals);
+                    holds(*op, args, &vals)
+                }
+            },
+        }
+    }
+}
+
+/// A top-level attribute of a record for [`Expr::matches_attrs`].
+#[derive(Clone, Debug)]
+pub enum Attr<'a> {
+    /// Not in the record.
+    Absent,
+    /// A number, text without escapes, `true`, `false` or `null`, read in place.
+    Scalar(Scalar<'a>),
+    /// Anything else, built.
+    Value(Value),
+}
+
+/// A scalar attribute read from a record's text without building a [`Value`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar<'a> {
+    /// `null`.
+    Null,
+    /// `true` or `false`.
+    Bool(bool),
+    /// A number, as [`serde_json::Number::as_f64`] reads it.
+    Number(f64),
+    /// Text.
+    Str(&'a str),
+}
+
+/// What a comparison can be made on: a built value or a scalar read in place (the same rules).
+trait Operand {
+    fn order(&self, a: &Arg) -> Option<std::cmp::Ordering>;
+    fn equals(&self, a: &Arg) -> bool;
+}
+
+impl Operand for &Value {
+    fn order(&self, a: &Arg) -> Option<std::cmp::Ordering> {
+        compare(self, a)
+    }
+    fn equals(&self, a: &Arg) -> bool {
+        equals(self, a)
+    }
+}
+
+impl Operand for Scalar<'_> {
+    fn order(&self, a: &Arg) -> Option<std::cmp::Ordering> {
+        match *self {
+            Scalar::Number(n) => Some(n.total_cmp(&a.number()?)),
+            Scalar::Str(s) => Some(s.cmp(a.text.as_str())),
+            Scalar::Bool(b) => bool_order(b, a),
+            Scalar::Null => null_order(a),
+        }
+    }
+    fn equals(&self, a: &Arg) -> bool {
+        match self {
+            Scalar::Str(s) if a.has_wildcard() => wildcard(s, &a.text),
+            _ => self.order(a) == Some(std::cmp::Ordering::Equal),
+        }
+    }
+}
+
+/// Whether `op` with `args` holds for some of `vals` (none of them, for `!=` and `=out=`).
+fn holds<T: Operand>(op: Op, args: &[Arg], vals: &[T]) -> bool {
+    use std::cmp::Ordering::*;
+    let any = |f: &dyn Fn(&T) -> bool| vals.iter().any(f);
+    match op {
+        Op::Eq => any(&|v| v.equals(&args[0])),
+        Op::Ne => !any(&|v| v.equals(&args[0])),
+        Op::In => any(&|v| args.iter().any(|a| v.equals(a))),
+        Op::Out => !any(&|v| args.iter().any(|a| v.equals(a))),
+        Op::Lt => any(&|v| v.order(&args[0]) == Some(Less)),
+        Op::Le => any(&|v| matches!(v.order(&args[0]), Some(Less | Equal))),
+        Op::Gt => any(&|v| v.order(&args[0]) == Some(Greater)),
+        Op::Ge => any(&|v| matches!(v.order(&args[0]), Some(Greater | Equal))),
     }
 }
 

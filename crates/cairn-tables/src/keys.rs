@@ -22,7 +22,8 @@ pub(crate) fn records_prefix(table: &str) -> Vec<u8> {
     [b"tb/r/", table.as_bytes(), b"/"].concat()
 }
 
-pub(crate) fn record_key(table: &str, pk: &[u8]) -> Vec<u8> {
+/// The row of the record with encoded primary key `pk` ([`crate::encode_id`]).
+pub fn record_key(table: &str, pk: &[u8]) -> Vec<u8> {
     [&records_prefix(table)[..], pk].concat()
 }
 

@@ -16,6 +16,7 @@ mod error;
 pub mod fiql;
 pub mod keys;
 mod query;
+pub mod record;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -262,161 +263,6 @@ fn entries(table: &str, ix: &IndexDef, pk: &[u8], rec: Option<&Value>) -> BTreeS
     out
 }
 
-fn encode_record(version: u64, data: &Value) -> Vec<u8> {
-    let mut b = Vec::with_capacity(128);
-    b.push(1);
-    b.extend_from_slice(&version.to_le_bytes());
-    serde_json::to_writer(&mut b, data).expect("JSON values serialize");
-    b
-}
-
-fn decode_record(key: &[u8], b: &[u8]) -> Result<Record> {
-    if b.len() < 9 || b[0] != 1 {
-        return Err(Error::corrupt(key, "bad record header"));
-    }
-    let version = u64::from_le_bytes(b[1..9].try_into().expect("8 bytes"));
-    let data = serde_json::from_slice(&b[9..]).map_err(|e| Error::corrupt(key, e.to_string()))?;
-    Ok(Record { version, data })
-}
-
-/// The top-level attributes `roots` (sorted) of a stored record, other attributes skipped
-/// without being built: enough to evaluate a filter that reads only those. Skipped values are
-/// only delimited (strings by `memchr`), not validated; a record that matches is decoded whole,
-/// and [`Tables::verify`] decodes every record.
-fn decode_sparse(key: &[u8], b: &[u8], roots: &[String]) -> Result<Value> {
-    if b.len() < 9 || b[0] != 1 {
-        return Err(Error::corrupt(key, "bad record header"));
-    }
-    sparse::object(&b[9..], roots).map_err(|e| Error::corrupt(key, e))
-}
-
-impl fiql::Expr {
-    /// Whether the JSON object text `json` matches, building only the top-level attributes the
-    /// filter reads (the others are delimited, not validated).
-    pub fn matches_json(&self, json: &[u8]) -> std::result::Result<bool, String> {
-        Ok(self.matches(&sparse::object(json, &self.roots())?))
-    }
-}
-
-mod sparse {
-    use serde_json::{Map, Value};
-
-    fn ws(b: &[u8], mut i: usize) -> usize {
-        while i < b.len() && matches!(b[i], b' ' | b'\n' | b'\r' | b'\t') {
-            i += 1;
-        }
-        i
-    }
-
-    fn expect(b: &[u8], i: usize, c: u8) -> Result<usize, String> {
-        if b.get(i) == Some(&c) { Ok(i + 1) } else { Err(format!("expected {:?} at byte {i}", c as char)) }
-    }
-
-    /// The end of the string whose opening quote is at `i`, and whether it holds escapes.
-    fn string(b: &[u8], i: usize) -> Result<(usize, bool), String> {
-        let mut j = expect(b, i, b'"')?;
-        let mut escaped = false;
-        loop {
-            // Attribute names and most values are short: look at a few bytes before memchr.
-            let near = b.len().min(j + 16);
-            let found = match b[j..near].iter().position(|&c| c == b'"' || c == b'\\') {
-                Some(n) => Some(n),
-                None => memchr::memchr2(b'"', b'\\', &b[near..]).map(|n| n + near - j),
-            };
-            match found {
-                Some(n) if b[j + n] == b'"' => return Ok((j + n + 1, escaped)),
-                Some(n) => {
-                    escaped = true;
-                    j += n + 2;
-                    if j > b.len() {
-                        break;
-                    }
-                }
-                None => break,
-            }
-        }
-        Err(format!("unterminated string at byte {i}"))
-    }
-
-    /// The end of the value starting at `i`.
-    fn skip(b: &[u8], i: usize) -> Result<usize, String> {
-        let mut depth = 0usize;
-        let mut j = i;
-        loop {
-            match b.get(j) {
-                Some(b'"') => j = string(b, j)?.0,
-                Some(b'{' | b'[') => {
-                    depth += 1;
-                    j += 1;
-                }
-                Some(b'}' | b']') if depth > 0 => {
-                    depth -= 1;
-                    j += 1;
-                }
-                Some(b',' | b':' | b' ' | b'\n' | b'\r' | b'\t') if depth > 0 => j += 1,
-                Some(c) if c.is_ascii_alphanumeric() || matches!(c, b'-' | b'+' | b'.') => {
-                    while b.get(j).is_some_and(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'+' | b'.')) {
-                        j += 1;
-                    }
-                }
-                _ if j == i => return Err(format!("expected a value at byte {i}")),
-                Some(_) if depth == 0 => return Ok(j),
-                _ => return Err(format!("bad value at byte {j}")),
-            }
-            if depth == 0 {
-                return Ok(j);
-            }
-        }
-    }
-
-    /// The attributes `roots` of the JSON object `b` (few: compared one by one).
-    pub(super) fn object(b: &[u8], roots: &[String]) -> Result<Value, String> {
-        let mut out = Map::new();
-        let mut i = expect(b, ws(b, 0), b'{')?;
-        i = ws(b, i);
-        if b.get(i) == Some(&b'}') {
-            i += 1;
-        } else {
-            loop {
-                let (end, escaped) = string(b, i)?;
-                let name: Option<std::borrow::Cow<'_, str>> = if escaped {
-                    let n = serde_json::from_slice::<String>(&b[i..end]).map_err(|e| e.to_string())?;
-                    roots.contains(&n).then(|| n.into())
-                } else {
-                    let raw = &b[i + 1..end - 1];
-                    match roots.iter().any(|r| r.as_bytes() == raw) {
-                        true => Some(std::str::from_utf8(raw).map_err(|e| e.to_string())?.into()),
-                        false => None,
-                    }
-                };
-                i = expect(b, ws(b, end), b':')?;
-                i = ws(b, i);
-                if let Some(name) = name {
-                    let mut it = serde_json::Deserializer::from_slice(&b[i..]).into_iter::<Value>();
-                    let v = it.next().ok_or("expected a value")?.map_err(|e| e.to_string())?;
-                    i += it.byte_offset();
-                    out.insert(name.into_owned(), v);
-                } else {
-                    i = skip(b, i)?;
-                }
-                i = ws(b, i);
-                match b.get(i) {
-                    Some(b',') => i = ws(b, i + 1),
-                    Some(b'}') => {
-                        i += 1;
-                        break;
-                    }
-                    _ => return Err(format!("expected ',' or '}}' at byte {i}")),
-                }
-            }
-        }
-        if ws(b, i) != b.len() {
-            return Err(format!("trailing bytes at byte {i}"));
-        }
-        Ok(Value::Object(out))
-    }
-}
-
 fn decode_def(key: &[u8], b: &[u8]) -> Result<TableDef> {
     serde_json::from_slice(b).map_err(|e| Error::corrupt(key, e.to_string()))
 }
@@ -461,6 +307,13 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// What replacing a record needs of the current one.
+struct Prior {
+    version: u64,
+    /// The attributes indexes read (all of them, or only those).
+    indexed: Value,
+}
+
 /// A multi-record transaction: reads see a snapshot plus the transaction's own writes; the
 /// commit fails with a conflict (and [`Tables::transaction`] retries the closure) if another
 /// writer changed a record or table this transaction read or wrote.
@@ -484,13 +337,31 @@ impl Tx {
     pub fn get(&mut self, table: &str, id: &Value) -> Result<Option<Record>> {
         self.def(table)?;
         let k = keys::record_key(table, &encode_id(id)?);
-        self.txn.get(&k)?.map(|b| decode_record(&k, &b)).transpose()
+        self.txn.get(&k)?.map(|b| record::decode(&k, &b)).transpose()
     }
 
-    fn write(&mut self, def: &TableDef, pk: &[u8], old: Option<&Record>, new: Option<&Value>) -> Result<u64> {
+    /// The record at row `k` as far as replacing it needs: its version and the attributes
+    /// `def`'s indexes read (the rest is not decoded).
+    fn prior(&mut self, def: &TableDef, k: &[u8]) -> Result<Option<Prior>> {
+        let Some(b) = self.txn.get(k)? else { return Ok(None) };
+        let version = record::version(k, &b)?;
+        let indexed = match def.indexes.is_empty() {
+            true => Value::Null,
+            false => {
+                let mut roots: Vec<String> =
+                    def.indexes.iter().map(|ix| ix.attr.split('.').next().unwrap_or_default().to_string()).collect();
+                roots.sort();
+                roots.dedup();
+                record::decode_roots(k, &b, &roots)?
+            }
+        };
+        Ok(Some(Prior { version, indexed }))
+    }
+
+    fn write(&mut self, def: &TableDef, pk: &[u8], old: Option<&Prior>, new: Option<&Value>) -> Result<u64> {
         let version = old.map_or(0, |r| r.version) + 1;
         for ix in &def.indexes {
-            let before = entries(&def.name, ix, pk, old.map(|r| &r.data));
+            let before = entries(&def.name, ix, pk, old.map(|r| &r.indexed));
             let after = entries(&def.name, ix, pk, new);
             // Entries are keyed by record: only writers of this record (tracked above) or
             // the builder (which reads it) touch them, so they need no validation.
@@ -503,7 +374,8 @@ impl Tx {
         }
         let k = keys::record_key(&def.name, pk);
         match new {
-            Some(v) => self.txn.put(&k, encode_record(version, v))?,
+            Some(Value::Object(m)) => self.txn.put(&k, record::encode(version, m))?,
+            Some(_) => return Err(Error::Invalid("a record is a JSON object".into())),
             None => self.txn.delete(&k)?,
         }
         Ok(version)
@@ -514,8 +386,8 @@ impl Tx {
         validate(&def, &rec)?;
         let (pk, id) = pk_of(&def, &rec)?;
         let k = keys::record_key(table, &pk);
-        let old = self.txn.get(&k)?.map(|b| decode_record(&k, &b)).transpose()?;
-        expect.check(table, &id, old.as_ref())?;
+        let old = self.prior(&def, &k)?;
+        expect.check(table, &id, old.as_ref().map(|o| o.version))?;
         let version = self.write(&def, &pk, old.as_ref(), Some(&rec))?;
         Ok(Record { version, data: rec })
     }
@@ -542,10 +414,10 @@ impl Tx {
         let def = self.def(table)?;
         let pk = encode_id(id)?;
         let k = keys::record_key(table, &pk);
-        let old = self.txn.get(&k)?.map(|b| decode_record(&k, &b)).transpose()?;
+        let old = self.txn.get(&k)?.map(|b| record::decode(&k, &b)).transpose()?;
         let Some(old) = old else { return Err(Error::NotFound(table.into(), id_text(id))) };
         if let Some(v) = version {
-            Expect::Version(v).check(table, id, Some(&old))?;
+            Expect::Version(v).check(table, id, Some(old.version))?;
         }
         let mut data = old.data.clone();
         merge_patch(&mut data, patch);
@@ -553,6 +425,7 @@ impl Tx {
             return Err(Error::Invalid(format!("a patch cannot change the primary key {:?}", def.pk)));
         }
         validate(&def, &data)?;
+        let old = Prior { version: old.version, indexed: old.data };
         let version = self.write(&def, &pk, Some(&old), Some(&data))?;
         Ok(Record { version, data })
     }
@@ -562,9 +435,9 @@ impl Tx {
         let def = self.def(table)?;
         let pk = encode_id(id)?;
         let k = keys::record_key(table, &pk);
-        let old = self.txn.get(&k)?.map(|b| decode_record(&k, &b)).transpose()?;
+        let old = self.prior(&def, &k)?;
         if let Some(v) = version {
-            Expect::Version(v).check(table, id, old.as_ref())?;
+            Expect::Version(v).check(table, id, old.as_ref().map(|o| o.version))?;
         }
         let Some(old) = old else { return Ok(false) };
         self.write(&def, &pk, Some(&old), None)?;
@@ -579,8 +452,9 @@ enum Expect {
 }
 
 impl Expect {
-    fn check(&self, table: &str, id: &Value, old: Option<&Record>) -> Result<()> {
-        let current = old.map_or(0, |r| r.version);
+    /// `old`: the version of the current record, if there is one.
+    fn check(&self, table: &str, id: &Value, old: Option<u64>) -> Result<()> {
+        let current = old.unwrap_or(0);
         match self {
             Expect::Any => Ok(()),
             Expect::Absent if old.is_some() => Err(Error::Exists(table.into(), id_text(id))),
@@ -727,7 +601,7 @@ impl Tables {
     pub fn get(&self, table: &str, id: &Value) -> Result<Option<Record>> {
         self.inner.def(table, |k| self.inner.db.get(k))?;
         let k = keys::record_key(table, &encode_id(id)?);
-        self.inner.db.get(&k)?.map(|b| decode_record(&k, &b)).transpose()
+        self.inner.db.get(&k)?.map(|b| record::decode(&k, &b)).transpose()
     }
 
     /// Creates an index on attribute `attr` (dotted path) and fills it in the background;
@@ -823,10 +697,11 @@ impl Tables {
                 let def = tx.def(table)?;
                 let Some(ix) = def.indexes.iter().find(|i| i.id == id) else { return Ok(true) };
                 tx.txn.set_write_options(WriteOptions::no_sync());
+                let roots = [ix.attr.split('.').next().unwrap_or_default().to_string()];
                 for k in &chunk {
                     if let Some(b) = tx.txn.get(k)? {
-                        let r = decode_record(k, &b)?;
-                        for e in entries(table, ix, &k[prefix.len()..], Some(&r.data)) {
+                        let r = record::decode_roots(k, &b, &roots)?;
+                        for e in entries(table, ix, &k[prefix.len()..], Some(&r)) {
                             tx.txn.put_untracked(e, [])?;
                         }
                     }
@@ -861,7 +736,7 @@ impl Tables {
         let mut n = 0;
         for kv in snap.prefix(&prefix) {
             let (k, v) = kv?;
-            let r = decode_record(&k, &v)?;
+            let r = record::decode(&k, &v)?;
             let (pk, _) = pk_of(&def, &r.data)?;
             if pk != k[prefix.len()..] {
                 return Err(Error::corrupt(&k, "primary key attribute differs from the row key"));
@@ -891,77 +766,5 @@ impl Tables {
         for h in self.inner.builders.lock().drain(..) {
             let _ = h.join();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn json_value() -> impl Strategy<Value = Value> {
-        let leaf = prop_oneof![
-            Just(Value::Null),
-            any::<bool>().prop_map(Value::Bool),
-            (-5i64..5).prop_map(Value::from),
-            "[ab\"\\\\é]{0,3}".prop_map(Value::String),
-        ];
-        leaf.prop_recursive(3, 16, 4, |inner| {
-            prop_oneof![
-                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
-                proptest::collection::btree_map("[ab\"]{1,2}", inner, 0..3)
-                    .prop_map(|m| Value::Object(m.into_iter().collect())),
-            ]
-        })
-    }
-
-    proptest! {
-        /// A filter gives the same answer on the sparse decoding as on the whole record.
-        #[test]
-        fn sparse_records_match_like_whole_ones(
-            attrs in proptest::collection::vec(("[ab\"]{1,2}", json_value()), 0..5),
-            filter in "[ab](\\.[ab])?(==|!=|=lt=|=ge=|=in=\\()(-?[0-9]|a|b|true|null|'a\\\\\"')(\\))?\
-                       ([;,][ab](==|=gt=)[0-9a])?",
-        ) {
-            // Written by hand so that a key can repeat (the last one wins, as in serde_json).
-            let body: Vec<String> = attrs.iter().map(|(k, v)| format!("{}:{v}", Value::from(k.as_str()))).collect();
-            let mut b = vec![1u8];
-            b.extend_from_slice(&1u64.to_le_bytes());
-            b.extend_from_slice(format!("{{{}}}", body.join(",")).as_bytes());
-            let whole = decode_record(b"k", &b).unwrap().data;
-            let Ok(e) = fiql::parse(&filter) else { return Ok(()) };
-            let sparse = decode_sparse(b"k", &b, &e.roots()).unwrap();
-            prop_assert_eq!(e.matches(&sparse), e.matches(&whole), "{} on {}", filter, whole);
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn sparse_decoding_of_garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..64),
-                                                   json in "[{}\\[\\]\":,ab1 \\\\]{0,40}") {
-            for body in [&b[..], json.as_bytes()] {
-                let mut rec = vec![1u8];
-                rec.extend_from_slice(&1u64.to_le_bytes());
-                rec.extend_from_slice(body);
-                let _ = decode_sparse(b"k", &rec, &["a".into()]);
-                // Whatever the whole decoding accepts as an object, the sparse one accepts too.
-                if let Ok(Value::Object(_)) = serde_json::from_slice::<Value>(body) {
-                    prop_assert!(decode_sparse(b"k", &rec, &["a".into()]).is_ok());
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn sparse_decoding_rejects_what_whole_decoding_rejects() {
-        // Records are objects (every write checks), so an array is damage too.
-        for bad in [&b"{\"a\":1"[..], b"{\"a\":1} x", b"[1]", b"", b"{\"a\":tru}"] {
-            let mut b = vec![1u8];
-            b.extend_from_slice(&1u64.to_le_bytes());
-            b.extend_from_slice(bad);
-            assert!(decode_sparse(b"k", &b, &["a".into()]).is_err(), "{:?}", String::from_utf8_lossy(bad));
-            assert!(bad == b"[1]" || decode_record(b"k", &b).is_err());
-        }
-        assert!(decode_sparse(b"k", b"\x02short", &[]).is_err());
     }
 }

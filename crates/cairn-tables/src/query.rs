@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use crate::fiql::{self, Arg, Expr, Op};
-use crate::{Error, IndexDef, IndexKind, Result, TableDef, Tables, decode_record, decode_sparse, keys};
+use crate::{Error, IndexDef, IndexKind, Result, TableDef, Tables, keys, record};
 
 /// What to read from a table.
 #[derive(Clone, Debug, Default)]
@@ -299,11 +299,11 @@ impl Tables {
         let mut keep = |k: &[u8], v: &[u8], out: &mut Vec<Value>| -> Result<bool> {
             examined += 1;
             if let (Some(e), Some(roots)) = (&expr, &roots)
-                && !e.matches(&decode_sparse(k, v, roots)?)
+                && !record::matches(k, v, e, roots)?
             {
                 return Ok(true);
             }
-            let data = decode_record(k, v)?.data;
+            let data = record::decode(k, v)?.data;
             if roots.is_none() && expr.as_ref().is_some_and(|e| !e.matches(&data)) {
                 return Ok(true);
             }
