@@ -1,6 +1,8 @@
-//! Group commit. Writers queue their batches; the first waiting writer becomes the leader,
-//! takes every queued batch (up to a size limit), writes them as one WAL record with one fsync,
-//! applies them to the memtable and wakes the others.
+//! Group commit. Writers queue their batches; a writer that finds no leader becomes the leader,
+//! takes every queued batch (up to a size limit), writes
+//! them as one WAL record with one fsync, applies them to the memtable, then wakes exactly the
+//! members of its group and the next leader (each writer sleeps on its own condition variable,
+//! so a finished group does not wake writers that still have to wait).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,6 +29,8 @@ pub(crate) struct WriteRequest {
 pub(crate) struct Slot {
     pub request: Mutex<Option<WriteRequest>>,
     result: Mutex<Option<Result<()>>>,
+    /// Waited on with the queue's lock held.
+    wake: Condvar,
 }
 
 impl Slot {
@@ -48,7 +52,6 @@ struct Queue {
 #[derive(Default)]
 pub(crate) struct WriteQueue {
     q: Mutex<Queue>,
-    cv: Condvar,
 }
 
 /// Largest group a leader assembles, in encoded bytes (a single larger batch still goes alone).
@@ -59,13 +62,15 @@ impl WriteQueue {
     /// must call [`Slot::finish`] on every slot it was given. If `lead` panics, every member of
     /// the group fails, `on_panic` is told (it poisons the engine), and the queue stays usable.
     pub fn write(&self, req: WriteRequest, lead: impl Fn(&[Arc<Slot>]), on_panic: impl Fn(String)) -> Result<()> {
-        let slot = Arc::new(Slot { request: Mutex::new(Some(req)), result: Mutex::new(None) });
+        let slot = Arc::new(Slot { request: Mutex::new(Some(req)), result: Mutex::new(None), wake: Condvar::new() });
         let mut q = self.q.lock();
         q.waiting.push_back(slot.clone());
         loop {
             if let Some(r) = slot.result.lock().take() {
                 return r;
             }
+            // Whoever finds no leader leads (the queue's front is woken for that, but a writer
+            // that is already running need not wait for it to be scheduled).
             if !q.leader_active {
                 q.leader_active = true;
                 let mut group = Vec::new();
@@ -88,10 +93,12 @@ impl WriteQueue {
                 }
                 q = self.q.lock();
                 q.leader_active = false;
-                self.cv.notify_all();
+                for s in group.iter().chain(q.waiting.front()) {
+                    s.wake.notify_one();
+                }
                 continue;
             }
-            self.cv.wait(&mut q);
+            slot.wake.wait(&mut q);
         }
     }
 }
@@ -132,6 +139,29 @@ mod tests {
             t.join().unwrap();
         }
         assert!(groups.load(Ordering::Relaxed) < 800, "writers were grouped");
+    }
+
+    /// Leaders that finish at once: hand-offs race with arrivals, and no writer may sleep
+    /// through its result or a free leader slot (the test would hang).
+    #[test]
+    fn no_writer_is_left_waiting() {
+        let q = Arc::new(WriteQueue::default());
+        let done = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let (q, done) = (q.clone(), done.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..5000 {
+                        q.write(req(), |g| g.iter().for_each(|s| s.finish(Ok(()))), |_| {}).unwrap();
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(done.load(Ordering::Relaxed), 40_000);
     }
 
     #[test]

@@ -381,31 +381,34 @@ impl Tx {
         Ok(version)
     }
 
-    fn put_checked(&mut self, table: &str, rec: Value, expect: Expect) -> Result<Record> {
+    /// Writes `rec` if the current record is as `expect`ed; returns the new version.
+    fn put_checked(&mut self, table: &str, rec: &Value, expect: Expect) -> Result<u64> {
         let def = self.def(table)?;
-        validate(&def, &rec)?;
-        let (pk, id) = pk_of(&def, &rec)?;
+        validate(&def, rec)?;
+        let (pk, id) = pk_of(&def, rec)?;
         let k = keys::record_key(table, &pk);
         let old = self.prior(&def, &k)?;
         expect.check(table, &id, old.as_ref().map(|o| o.version))?;
-        let version = self.write(&def, &pk, old.as_ref(), Some(&rec))?;
-        Ok(Record { version, data: rec })
+        self.write(&def, &pk, old.as_ref(), Some(rec))
     }
 
     /// Creates or replaces the record (its primary key is in it).
     pub fn put(&mut self, table: &str, rec: Value) -> Result<Record> {
-        self.put_checked(table, rec, Expect::Any)
+        let version = self.put_checked(table, &rec, Expect::Any)?;
+        Ok(Record { version, data: rec })
     }
 
     /// Creates the record; [`Error::Exists`] if its key is taken.
     pub fn insert(&mut self, table: &str, rec: Value) -> Result<Record> {
-        self.put_checked(table, rec, Expect::Absent)
+        let version = self.put_checked(table, &rec, Expect::Absent)?;
+        Ok(Record { version, data: rec })
     }
 
     /// Replaces the record only if it is at `version` ([`Error::VersionMismatch`] otherwise;
     /// 0 means absent).
     pub fn put_if_version(&mut self, table: &str, rec: Value, version: u64) -> Result<Record> {
-        self.put_checked(table, rec, Expect::Version(version))
+        let version = self.put_checked(table, &rec, Expect::Version(version))?;
+        Ok(Record { version, data: rec })
     }
 
     /// Applies a JSON merge patch to the record (the primary key cannot change), optionally
@@ -574,17 +577,20 @@ impl Tables {
 
     /// Creates or replaces a record.
     pub fn put(&self, table: &str, rec: Value) -> Result<Record> {
-        self.transaction(|tx| tx.put(table, rec.clone()))
+        let version = self.transaction(|tx| tx.put_checked(table, &rec, Expect::Any))?;
+        Ok(Record { version, data: rec })
     }
 
     /// Creates a record; [`Error::Exists`] if its key is taken.
     pub fn insert(&self, table: &str, rec: Value) -> Result<Record> {
-        self.transaction(|tx| tx.insert(table, rec.clone()))
+        let version = self.transaction(|tx| tx.put_checked(table, &rec, Expect::Absent))?;
+        Ok(Record { version, data: rec })
     }
 
     /// Replaces a record only at `version` (0: only if absent).
     pub fn put_if_version(&self, table: &str, rec: Value, version: u64) -> Result<Record> {
-        self.transaction(|tx| tx.put_if_version(table, rec.clone(), version))
+        let version = self.transaction(|tx| tx.put_checked(table, &rec, Expect::Version(version)))?;
+        Ok(Record { version, data: rec })
     }
 
     /// Merge-patches a record, optionally only at `version`.
