@@ -48,8 +48,28 @@ pub struct BlockCache {
     /// `None` when the budget is 0: nothing is cached.
     cache: Option<Cache<BlockKey, Arc<Block>, BlockWeighter>>,
     capacity_bytes: u64,
+    /// Hit and miss counts, striped by thread: every lookup counts, and threads scanning at
+    /// once would otherwise contend for one cache line.
+    counts: [Counts; STRIPES],
+}
+
+const STRIPES: usize = 8;
+
+#[derive(Default)]
+#[repr(align(64))]
+struct Counts {
     hits: AtomicU64,
     misses: AtomicU64,
+}
+
+/// This thread's stripe of the counters.
+fn stripe() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static STRIPE: usize = NEXT.fetch_add(1, Ordering::Relaxed) % STRIPES;
+    }
+    STRIPE.with(|s| *s)
 }
 
 impl std::fmt::Debug for BlockCache {
@@ -67,13 +87,14 @@ impl BlockCache {
             let items = (capacity / (4096 + BLOCK_OVERHEAD)).max(1) as usize;
             Cache::with_weighter(items, capacity, BlockWeighter)
         });
-        BlockCache { cache, capacity_bytes: capacity, hits: AtomicU64::new(0), misses: AtomicU64::new(0) }
+        BlockCache { cache, capacity_bytes: capacity, counts: Default::default() }
     }
 
     /// The cached block at `offset` of table `table_id`, counting a hit or a miss.
     pub fn get(&self, table_id: u64, offset: u64) -> Option<Arc<Block>> {
         let found = self.cache.as_ref().and_then(|c| c.get(&(table_id, offset)));
-        let counter = if found.is_some() { &self.hits } else { &self.misses };
+        let c = &self.counts[stripe()];
+        let counter = if found.is_some() { &c.hits } else { &c.misses };
         counter.fetch_add(1, Ordering::Relaxed);
         found
     }
@@ -99,8 +120,8 @@ impl BlockCache {
     /// Hit and miss counters and current usage.
     pub fn stats(&self) -> CacheStats {
         CacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
+            hits: self.counts.iter().map(|c| c.hits.load(Ordering::Relaxed)).sum(),
+            misses: self.counts.iter().map(|c| c.misses.load(Ordering::Relaxed)).sum(),
             usage_bytes: self.usage_bytes(),
             capacity_bytes: self.capacity_bytes,
             entries: self.cache.as_ref().map_or(0, |c| c.len()),

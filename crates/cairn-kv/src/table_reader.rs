@@ -113,7 +113,7 @@ impl TableReader {
         if !index.valid() {
             return Ok(None);
         }
-        let mut it = self.data_block(index.handle()?)?.iter();
+        let mut it = BlockIter::new(self.data_block(index.handle()?)?);
         it.seek(lookup)?;
         Ok((it.valid() && key::user_key(it.key()) == user_key).then(|| (key::trailer(it.key()), it.value_bytes())))
     }
@@ -146,7 +146,7 @@ impl TableReader {
                 return Err(corrupt("data blocks are not contiguous"));
             }
             expected_offset = block_end(h).ok_or_else(|| corrupt("block out of range"))?;
-            let mut it = self.read_data_block(h)?.iter();
+            let mut it = BlockIter::new(self.read_data_block(h)?);
             it.seek_to_first()?;
             if !it.valid() {
                 return Err(corrupt("empty data block"));
@@ -239,7 +239,7 @@ impl TableIter {
         }
         let h = self.index.handle()?;
         if self.data.is_none() || self.data_offset != h.offset {
-            self.data = Some(self.table.data_block(h)?.iter());
+            self.data = Some(BlockIter::new(self.table.data_block(h)?));
             self.data_offset = h.offset;
         }
         Ok(())

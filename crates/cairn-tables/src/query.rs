@@ -313,12 +313,7 @@ impl Tables {
         let prefix = keys::records_prefix(table);
         let desc = match &plan {
             Plan::Scan => {
-                for kv in snap.prefix(&prefix) {
-                    let (k, v) = kv?;
-                    if !keep(&k, &v, &mut out)? {
-                        break;
-                    }
-                }
+                snap.prefix(&prefix).for_each_ref(|k, v| keep(k, v, &mut out))?;
                 "scan".to_string()
             }
             Plan::Index(parts) => {

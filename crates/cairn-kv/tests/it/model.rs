@@ -136,7 +136,18 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 if rev {
                     got.reverse();
                 }
-                prop_assert_eq!(got, expect);
+                prop_assert_eq!(&got, &expect);
+                // The borrowing walk sees the same entries, and stops where it is told to.
+                let mut walked = Vec::new();
+                let stop = a as usize % 4;
+                db.range(lo.clone()..hi.clone())
+                    .for_each_ref(|k, v| {
+                        walked.push((k.to_vec(), v.to_vec()));
+                        Ok::<_, cairn_kv::Error>(stop == 0 || walked.len() < stop)
+                    })
+                    .unwrap();
+                let want = if stop == 0 { expect.len() } else { expect.len().min(stop) };
+                prop_assert_eq!(&walked[..], &expect[..want]);
             }
             Op::TakeSnapshot => {
                 if snaps.len() < 4 {
@@ -147,6 +158,11 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 for (s, m) in &snaps {
                     let got: Model = s.iter().map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
                     prop_assert_eq!(&got, m);
+                    let mut walked = Model::new();
+                    s.iter()
+                        .for_each_ref(|k, v| Ok::<_, cairn_kv::Error>(walked.insert(k.to_vec(), v.to_vec()).is_none()))
+                        .unwrap();
+                    prop_assert_eq!(&walked, m);
                 }
             }
             Op::Flush => db.flush().unwrap(),
