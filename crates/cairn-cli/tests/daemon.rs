@@ -606,7 +606,7 @@ fn http_rest_with_bearer_token() {
     let (code, body) = http(&addr, "GET", "/openapi.json", tok, None);
     assert_eq!(code, 200);
     let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    for p in ["/v1/docs", "/v1/search", "/v1/grep", "/v1/snapshots", "/v1/kv/{key}"] {
+    for p in ["/v1/docs", "/v1/search", "/v1/grep", "/v1/snapshots", "/v1/kv/{key}", "/v1/tables"] {
         assert!(v["paths"][p].is_object(), "{p} missing");
     }
     daemon.stop();
@@ -745,6 +745,36 @@ fn tables_over_rest() {
     assert_eq!(http_h(&addr, "DELETE", "/v1/tables/people/10", tok, None, &["If-Match: \"2\""]).0, 412);
     assert_eq!(h("DELETE", "/v1/tables/people/10", None).0, 204);
     assert_eq!(h("GET", "/v1/tables/people/10", None).0, 404);
+
+    // A batch is one transaction: every write lands, or (a stale version) none does.
+    let batch = r#"{"writes":[
+        {"op":"patch","table":"people","id":0,"patch":{"age":37},"version":1},
+        {"op":"insert","table":"people","record":{"id":20,"name":"Zuse","age":85}},
+        {"op":"put","table":"people","record":{"id":2,"name":"Grace H","age":85},"version":1},
+        {"op":"delete","table":"people","id":3},
+        {"op":"delete","table":"people","id":99}]}"#;
+    let (code, b) = h("POST", "/v1/tables", Some(batch));
+    assert_eq!(code, 200, "{b}");
+    let v: Value = serde_json::from_str(&b).unwrap();
+    assert_eq!(v["results"][0]["data"]["age"], 37);
+    assert_eq!(v["results"][0]["version"], 2);
+    assert_eq!(v["results"][1]["version"], 1);
+    assert_eq!(v["results"][2]["version"], 2);
+    assert_eq!((v["results"][3]["deleted"].clone(), v["results"][4]["deleted"].clone()), (json!(true), json!(false)));
+    assert_eq!(h("GET", "/v1/tables/people/3", None).0, 404);
+    let stale = r#"{"writes":[
+        {"op":"insert","table":"people","record":{"id":21,"name":"Hopper"}},
+        {"op":"patch","table":"people","id":0,"patch":{"age":38},"version":1}]}"#;
+    let (code, b) = h("POST", "/v1/tables", Some(stale));
+    assert!(code == 412 && b.contains("write 1"), "{code} {b}");
+    assert_eq!(h("GET", "/v1/tables/people/21", None).0, 404, "the batch's first write was not kept");
+    let (code, b) = h("GET", "/v1/tables/people/0", None);
+    assert!(code == 200 && b.contains("\"age\":37"), "{b}");
+    let (code, b) =
+        h("POST", "/v1/tables", Some(r#"{"writes":[{"op":"insert","table":"people","record":{"id":0,"name":"x"}}]}"#));
+    assert!(code == 409 && b.contains("write 0"), "{code} {b}");
+    let (code, b) = h("POST", "/v1/tables", Some(r#"{"writes":[{"op":"upsert","table":"people"}]}"#));
+    assert_eq!(code, 422, "{b}");
     let (code, b) = h("GET", "/v1/tables/people/_indexes", None);
     assert!(code == 200 && b.contains("\"ready\":true"), "{b}");
     assert_eq!(h("DELETE", "/v1/tables/people/_indexes/by_age", None).0, 204);

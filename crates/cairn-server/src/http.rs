@@ -50,7 +50,7 @@ pub fn router(services: Arc<Services>, token: String) -> Router {
         .route("/v1/snapshots/{a}/diff/{b}", get(diff_snapshots))
         .route("/v1/kv", get(scan_kv))
         .route("/v1/kv/{key}", get(get_kv).put(put_kv).delete(delete_kv))
-        .route("/v1/tables", get(list_tables))
+        .route("/v1/tables", get(list_tables).post(batch_write))
         .route("/v1/tables/{t}", get(query_table).post(insert_record).put(create_table).delete(drop_table))
         .route("/v1/tables/{t}/_indexes", get(list_indexes))
         .route("/v1/tables/{t}/_indexes/{name}", axum::routing::put(create_index).delete(drop_index))
@@ -521,6 +521,63 @@ fn record_response(status: StatusCode, r: &cairn_tables::Record) -> Response {
 async fn list_tables(State(app): State<App>) -> ApiResult<axum::Json<Value>> {
     let tables = blocking(&app, |s| Ok(s.tables.list()?)).await?;
     Ok(axum::Json(json!({ "tables": tables })))
+}
+
+/// One write of a `POST /v1/tables` batch. `version`: the version the record must be at (0: it
+/// must not exist); without it the write is unconditional.
+#[derive(Deserialize)]
+#[serde(tag = "op", rename_all = "lowercase", deny_unknown_fields)]
+enum BatchWrite {
+    Put { table: String, record: Value, version: Option<u64> },
+    Insert { table: String, record: Value },
+    Patch { table: String, id: Value, patch: Value, version: Option<u64> },
+    Delete { table: String, id: Value, version: Option<u64> },
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Batch {
+    writes: Vec<BatchWrite>,
+}
+
+/// `POST /v1/tables`: writes to records of any tables as one atomic transaction. A client does
+/// an optimistic read-modify-write by reading records (their versions), then sending its
+/// writes with the versions it read: if any record changed meanwhile nothing is written, the
+/// answer is 412 naming the write, and the client starts again from its reads.
+async fn batch_write(State(app): State<App>, body: axum::Json<Batch>) -> ApiResult<axum::Json<Value>> {
+    let writes = body.0.writes;
+    let results = blocking(&app, move |s| {
+        let mut at = 0;
+        s.tables
+            .transaction(|tx| {
+                let mut out = Vec::with_capacity(writes.len());
+                for (i, w) in writes.iter().enumerate() {
+                    at = i;
+                    out.push(match w {
+                        BatchWrite::Put { table, record, version: Some(v) } => {
+                            json!({ "version": tx.put_if_version(table, record.clone(), *v)?.version })
+                        }
+                        BatchWrite::Put { table, record, version: None } => {
+                            json!({ "version": tx.put(table, record.clone())?.version })
+                        }
+                        BatchWrite::Insert { table, record } => {
+                            json!({ "version": tx.insert(table, record.clone())?.version })
+                        }
+                        BatchWrite::Patch { table, id, patch, version } => {
+                            let r = tx.patch(table, id, patch, *version)?;
+                            json!({ "version": r.version, "data": r.data })
+                        }
+                        BatchWrite::Delete { table, id, version } => {
+                            json!({ "deleted": tx.delete(table, id, *version)? })
+                        }
+                    });
+                }
+                Ok(out)
+            })
+            .map_err(|e| anyhow::Error::from(e).context(format!("write {at}")))
+    })
+    .await?;
+    Ok(axum::Json(json!({ "results": results })))
 }
 
 #[derive(Deserialize)]
