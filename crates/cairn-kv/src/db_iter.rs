@@ -139,17 +139,22 @@ impl Iter {
         Iter { shared, front: None, back: None, front_key: None, back_key: None, done: false }
     }
 
-    fn step_front(&mut self) -> Result<Option<KvPair>> {
-        let sh = self.shared.clone();
+    /// The merged iterator the front walks with, positioned at the lower bound on first use.
+    fn front(&mut self) -> Result<&mut MergingIterator> {
         if self.front.is_none() {
-            let mut m = sh.merged()?;
-            match &sh.lower {
+            let mut m = self.shared.merged()?;
+            match &self.shared.lower {
                 Bound::Included(k) | Bound::Excluded(k) => m.seek(&key::lookup_key(k, MAX_SEQ))?,
                 Bound::Unbounded => m.seek_to_first()?,
             }
             self.front = Some(m);
         }
-        let Some(m) = self.front.as_mut() else { return Ok(None) };
+        Ok(self.front.as_mut().expect("set above"))
+    }
+
+    fn step_front(&mut self) -> Result<Option<KvPair>> {
+        let sh = self.shared.clone();
+        let m = self.front()?;
         while m.valid() {
             let p = key::parse_internal_key(m.key()).ok_or_else(|| corrupt(m.key()))?;
             if sh.above_upper(p.user_key) {
@@ -186,19 +191,12 @@ impl Iter {
             return Ok(());
         }
         let sh = self.shared.clone();
-        if self.front.is_none() {
-            let mut m = sh.merged()?;
-            match &sh.lower {
-                Bound::Included(k) | Bound::Excluded(k) => m.seek(&key::lookup_key(k, MAX_SEQ))?,
-                Bound::Unbounded => m.seek_to_first()?,
-            }
-            self.front = Some(m);
-        }
-        let Some(m) = self.front.as_mut() else { return Ok(()) };
+        let back_key = self.back_key.clone();
+        let m = self.front()?;
         let mut uk = Vec::new();
         while m.valid() {
             let p = key::parse_internal_key(m.key()).ok_or_else(|| corrupt(m.key()))?;
-            if sh.above_upper(p.user_key) || self.back_key.as_ref().is_some_and(|b| p.user_key >= b.as_ref()) {
+            if sh.above_upper(p.user_key) || back_key.as_ref().is_some_and(|b| p.user_key >= b.as_ref()) {
                 break;
             }
             if p.seq > sh.seq || sh.below_lower(p.user_key) {

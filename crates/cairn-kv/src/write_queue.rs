@@ -114,30 +114,30 @@ mod tests {
         WriteRequest { batch, sync: false, validation: None }
     }
 
+    /// Eight threads each make `writes` writes through one queue, leaders running `lead`.
+    fn eight_writers(writes: usize, lead: impl Fn(&[Arc<Slot>]) + Sync) {
+        let q = WriteQueue::default();
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..writes {
+                        q.write(req(), &lead, |_| {}).unwrap();
+                    }
+                });
+            }
+        });
+    }
+
     #[test]
     fn groups_form_and_every_writer_gets_a_result() {
-        let q = Arc::new(WriteQueue::default());
-        let groups = Arc::new(AtomicUsize::new(0));
-        let threads: Vec<_> = (0..8)
-            .map(|_| {
-                let (q, groups) = (q.clone(), groups.clone());
-                std::thread::spawn(move || {
-                    for _ in 0..100 {
-                        let lead = |g: &[Arc<Slot>]| {
-                            groups.fetch_add(1, Ordering::Relaxed);
-                            std::thread::sleep(std::time::Duration::from_micros(200));
-                            for s in g {
-                                s.finish(Ok(()));
-                            }
-                        };
-                        q.write(req(), lead, |_| {}).unwrap();
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        let groups = AtomicUsize::new(0);
+        eight_writers(100, |g| {
+            groups.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(std::time::Duration::from_micros(200));
+            for s in g {
+                s.finish(Ok(()));
+            }
+        });
         assert!(groups.load(Ordering::Relaxed) < 800, "writers were grouped");
     }
 
@@ -145,22 +145,13 @@ mod tests {
     /// through its result or a free leader slot (the test would hang).
     #[test]
     fn no_writer_is_left_waiting() {
-        let q = Arc::new(WriteQueue::default());
-        let done = Arc::new(AtomicUsize::new(0));
-        let threads: Vec<_> = (0..8)
-            .map(|_| {
-                let (q, done) = (q.clone(), done.clone());
-                std::thread::spawn(move || {
-                    for _ in 0..5000 {
-                        q.write(req(), |g| g.iter().for_each(|s| s.finish(Ok(()))), |_| {}).unwrap();
-                        done.fetch_add(1, Ordering::Relaxed);
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
+        let done = AtomicUsize::new(0);
+        eight_writers(5000, |g| {
+            for s in g {
+                s.finish(Ok(()));
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+        });
         assert_eq!(done.load(Ordering::Relaxed), 40_000);
     }
 

@@ -154,6 +154,13 @@ fn check_name(kind: &str, n: &str) -> Result<()> {
     Ok(())
 }
 
+impl IndexDef {
+    /// The top-level attribute the indexed path starts at.
+    fn root(&self) -> &str {
+        self.attr.split('.').next().unwrap_or(&self.attr)
+    }
+}
+
 fn path_of(attr: &str) -> Vec<String> {
     attr.split('.').map(str::to_string).collect()
 }
@@ -348,8 +355,7 @@ impl Tx {
         let indexed = match def.indexes.is_empty() {
             true => Value::Null,
             false => {
-                let mut roots: Vec<String> =
-                    def.indexes.iter().map(|ix| ix.attr.split('.').next().unwrap_or_default().to_string()).collect();
+                let mut roots: Vec<String> = def.indexes.iter().map(|ix| ix.root().to_string()).collect();
                 roots.sort();
                 roots.dedup();
                 record::decode_roots(k, &b, &roots)?
@@ -703,7 +709,7 @@ impl Tables {
                 let def = tx.def(table)?;
                 let Some(ix) = def.indexes.iter().find(|i| i.id == id) else { return Ok(true) };
                 tx.txn.set_write_options(WriteOptions::no_sync());
-                let roots = [ix.attr.split('.').next().unwrap_or_default().to_string()];
+                let roots = [ix.root().to_string()];
                 for k in &chunk {
                     if let Some(b) = tx.txn.get(k)? {
                         let r = record::decode_roots(k, &b, &roots)?;
