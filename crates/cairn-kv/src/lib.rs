@@ -58,7 +58,7 @@ pub use db_iter::{Iter, KvPair, prefix_successor};
 pub use key::SeqNo;
 pub use snapshot::Snapshot;
 pub use stats::{LevelStats, Stats};
-pub use txn::{Transaction, with_retries};
+pub use txn::{Transaction, retry_backoff, with_retries};
 
 pub use error::{Error, Result};
 pub use options::{Compression, Options, TableOptions};

@@ -107,10 +107,10 @@ impl Transaction {
     pub fn rollback(self) {}
 }
 
-/// Runs `f` in a transaction, retrying on conflict up to `attempts` times.
+/// Runs `f` in a transaction, retrying on conflict up to `attempts` times (with [`retry_backoff`]).
 pub fn with_retries<T>(db: &Db, attempts: usize, mut f: impl FnMut(&mut Transaction) -> Result<T>) -> Result<T> {
     let mut last = None;
-    for _ in 0..attempts.max(1) {
+    for attempt in 0..attempts.max(1) {
         let mut txn = db.transaction();
         let out = f(&mut txn)?;
         match txn.commit() {
@@ -118,6 +118,28 @@ pub fn with_retries<T>(db: &Db, attempts: usize, mut f: impl FnMut(&mut Transact
             Err(e @ Error::Conflict { .. }) => last = Some(e),
             Err(e) => return Err(e),
         }
+        retry_backoff(attempt);
     }
     Err(last.unwrap_or(Error::Conflict { key: String::new() }))
+}
+
+/// Waits before retrying a transaction whose commit number `attempt` (from 0) conflicted.
+/// Retrying at once can starve a writer: when threads outnumber cores, one that is descheduled
+/// between its reads and its commit finds its keys changed every time. So the first retries
+/// only yield, later ones sleep a random time up to a bound that doubles per attempt (at most
+/// about a millisecond), so that contenders spread out.
+pub fn retry_backoff(attempt: usize) {
+    if attempt < 2 {
+        std::thread::yield_now();
+        return;
+    }
+    let bound = 1u64 << attempt.min(10);
+    // Jitter from the clock and the thread: enough to separate contenders, no RNG needed.
+    let mut x = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos())
+        as u64
+        ^ std::hash::BuildHasher::hash_one(&std::hash::RandomState::new(), std::thread::current().id());
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    std::thread::sleep(std::time::Duration::from_micros(1 + x % bound));
 }

@@ -32,6 +32,9 @@ pub use query::{Query, QueryResult};
 
 /// Attempts of a transaction before [`Error::Conflict`].
 pub const RETRIES: usize = 32;
+
+/// Conflicts after which a transaction takes its turn alone (see [`Tables::transaction`]).
+const ESCALATE: usize = 8;
 /// Records an index builder covers per transaction.
 const BUILD_CHUNK: usize = 512;
 
@@ -137,6 +140,10 @@ struct Inner {
     /// it only when it changed.
     defs: Mutex<DefCache>,
     closing: AtomicBool,
+    /// Held by a transaction that conflicted [`ESCALATE`] times, while `escalated` counts such
+    /// transactions: others wait for it before they start, so it cannot starve.
+    turn: parking_lot::ReentrantMutex<()>,
+    escalated: std::sync::atomic::AtomicUsize,
     builders: Mutex<Vec<std::thread::JoinHandle<()>>>,
     build_errors: Mutex<HashMap<(String, String), String>>,
 }
@@ -311,6 +318,25 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
         } else {
             merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
         }
+    }
+}
+
+/// A transaction's turn alone ([`Tables::transaction`]): counted in `escalated` while held.
+struct Turn<'a> {
+    inner: &'a Inner,
+    _held: parking_lot::ReentrantMutexGuard<'a, ()>,
+}
+
+impl Turn<'_> {
+    fn take(inner: &Inner) -> Turn<'_> {
+        inner.escalated.fetch_add(1, Ordering::AcqRel);
+        Turn { inner, _held: inner.turn.lock() }
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.inner.escalated.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -493,6 +519,8 @@ impl Tables {
                 writes,
                 defs: Mutex::default(),
                 closing: AtomicBool::new(false),
+                turn: parking_lot::ReentrantMutex::new(()),
+                escalated: std::sync::atomic::AtomicUsize::new(0),
                 builders: Mutex::default(),
                 build_errors: Mutex::default(),
             }),
@@ -510,16 +538,26 @@ impl Tables {
         &self.inner.db
     }
 
-    /// Runs `f` in a transaction, retrying it on conflicts (up to [`RETRIES`] times). `f`
-    /// may run more than once; its writes land only with a successful commit.
+    /// Runs `f` in a transaction, retrying it on conflicts (up to [`RETRIES`] times, with
+    /// [`cairn_kv::retry_backoff`] between them). `f` may run more than once; its writes land
+    /// only with a successful commit. A transaction that keeps conflicting (a thread that is
+    /// descheduled between its reads and its commit can lose every race) takes a turn alone:
+    /// transactions starting meanwhile wait for it, so once those in flight are done it commits.
     pub fn transaction<T>(&self, mut f: impl FnMut(&mut Tx) -> Result<T>) -> Result<T> {
-        for _ in 0..RETRIES {
+        if self.inner.escalated.load(Ordering::Acquire) > 0 {
+            drop(self.inner.turn.lock());
+        }
+        let mut _alone = None;
+        for attempt in 0..RETRIES {
+            if attempt == ESCALATE {
+                _alone = Some(Turn::take(&self.inner));
+            }
             let mut tx = Tx { txn: self.inner.db.transaction(), defs: HashMap::new(), inner: self.inner.clone() };
             tx.txn.set_write_options(self.inner.writes);
             let out = f(&mut tx)?;
             match tx.txn.commit() {
                 Ok(()) => return Ok(out),
-                Err(e) if e.is_conflict() => continue,
+                Err(e) if e.is_conflict() => cairn_kv::retry_backoff(attempt),
                 Err(e) => return Err(e.into()),
             }
         }
