@@ -54,7 +54,8 @@ fn flush_loop(inner: &Arc<DbInner>) {
             st.flushing = true;
             (imm, st.alloc_file_no(), inner.snapshots.list())
         };
-        let built = build_table(&inner.storage, &inner.dir, &inner.opts, file_no, &imm, &snapshots);
+        let warm = inner.opts.prepopulate_block_cache.then_some(&inner.block_cache);
+        let built = build_table(&inner.storage, &inner.dir, &inner.opts, file_no, &imm, &snapshots, warm);
         let mut st = inner.state.lock();
         st.flushing = false;
         let res = built.and_then(|info| {

@@ -2,7 +2,9 @@
 //! by (table id, block offset), evicted by a byte budget (quick_cache's CLOCK-Pro variant).
 //!
 //! Table ids are file numbers, which are never reused, so a deleted table's blocks are never
-//! served for another table; they simply age out.
+//! served for another table. When a table is deleted its blocks are dropped
+//! ([`BlockCache::remove`]), so that the cache's usage counts live blocks only: writers warming
+//! the cache with blocks they write ([`BlockCache::insert_if_room`]) look at it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,6 +109,25 @@ impl BlockCache {
         }
     }
 
+    /// Caches `block` only if that evicts nothing (the cache's usage plus the block's weight
+    /// stays within the budget); returns whether it did. Used to warm the cache with freshly
+    /// written blocks without pushing out blocks readers are using.
+    pub fn insert_if_room(&self, table_id: u64, offset: u64, block: Arc<Block>) -> bool {
+        let Some(c) = &self.cache else { return false };
+        if c.weight() + BlockWeighter.weight(&(table_id, offset), &block) > self.capacity_bytes {
+            return false;
+        }
+        c.insert((table_id, offset), block);
+        true
+    }
+
+    /// Drops the block at `offset` of table `table_id`, if cached.
+    pub fn remove(&self, table_id: u64, offset: u64) {
+        if let Some(c) = &self.cache {
+            c.remove(&(table_id, offset));
+        }
+    }
+
     /// Bytes currently charged to cached blocks.
     pub fn usage_bytes(&self) -> u64 {
         self.cache.as_ref().map_or(0, |c| c.weight())
@@ -165,6 +186,28 @@ mod tests {
         }
         assert!(c.usage_bytes() <= 64 << 10);
         assert!(c.stats().entries > 10);
+    }
+
+    #[test]
+    fn insert_if_room_never_evicts_and_remove_frees() {
+        let c = BlockCache::new(64 << 10);
+        let mut kept = 0;
+        for i in 0..200 {
+            kept += c.insert_if_room(1, i, block(1000)) as u64;
+        }
+        let s = c.stats();
+        assert!(kept > 10 && kept < 200, "{kept}");
+        assert_eq!(s.entries as u64, kept, "no block already in was pushed out");
+        assert!(s.usage_bytes <= 64 << 10);
+        assert!(!c.insert_if_room(2, 0, block(1000)), "full");
+        for i in 0..kept {
+            assert!(c.get(1, i).is_some());
+            c.remove(1, i);
+            assert!(c.get(1, i).is_none());
+        }
+        assert_eq!(c.usage_bytes(), 0);
+        assert!(c.insert_if_room(2, 0, block(1000)));
+        assert!(!BlockCache::new(0).insert_if_room(1, 0, block(10)));
     }
 
     #[test]

@@ -8,6 +8,7 @@ use crate::flush::{TableOutput, VersionFilter};
 use crate::iter::InternalIterator;
 use crate::key;
 use crate::merge_iter::{LevelIter, MergingIterator};
+use crate::table_builder::WarmPolicy;
 use crate::version::{TableFile, Version};
 use crate::version_edit::VersionEdit;
 use crate::{Options, Result};
@@ -174,6 +175,9 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
     let tombstones = (!version.fragmented.is_empty()).then(|| version.fragmented.clone());
     let mut filter = VersionFilter::new(&snapshots, c.bottommost, tombstones.as_deref());
     let mut out = TableOutput::new(&inner.storage, &inner.dir, &inner.opts, inner.opts.target_file_size);
+    if inner.opts.prepopulate_block_cache {
+        out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);
+    }
     let mut alloc = || inner.state.lock().alloc_file_no();
     let mut read_bytes = 0u64;
     it.seek_to_first()?;

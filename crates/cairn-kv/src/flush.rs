@@ -5,13 +5,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::block_cache::BlockCache;
 use crate::error::IoContext;
 use crate::key::{self, SeqNo, ValueKind};
 use crate::memtable::Memtable;
 use crate::options::TableOptions;
 use crate::range_del::FragmentedTombstones;
 use crate::storage::Storage;
-use crate::table_builder::TableBuilder;
+use crate::table_builder::{TableBuilder, WarmPolicy};
 use crate::table_cache::TableCache;
 use crate::version_edit::FileInfo;
 use crate::{Error, Options, Result};
@@ -85,6 +86,8 @@ pub(crate) struct TableOutput<'a> {
     topts: TableOptions,
     target_size: u64,
     builder: Option<TableBuilder>,
+    /// The block cache new tables' data blocks go to as they are written, and how.
+    warm: Option<(Arc<BlockCache>, WarmPolicy)>,
     last_user_key: Vec<u8>,
     pub finished: Vec<FileInfo>,
     pub bytes_written: u64,
@@ -98,10 +101,16 @@ impl<'a> TableOutput<'a> {
             topts: TableOptions::from(opts),
             target_size,
             builder: None,
+            warm: None,
             last_user_key: Vec::new(),
             finished: Vec::new(),
             bytes_written: 0,
         }
+    }
+
+    /// Puts the data blocks of the tables written in `cache` as they are written, by `policy`.
+    pub fn warm(&mut self, cache: Arc<BlockCache>, policy: WarmPolicy) {
+        self.warm = Some((cache, policy));
     }
 
     /// Adds an entry, starting a new table (numbered by `alloc`) when needed. Tables are only
@@ -118,7 +127,11 @@ impl<'a> TableOutput<'a> {
             let no = alloc();
             let path = TableCache::table_path(self.dir, no);
             let file = self.storage.create(&path).at(&path)?;
-            self.builder = Some(TableBuilder::new(file, path, self.topts));
+            let mut b = TableBuilder::new(file, path, self.topts);
+            if let Some((cache, policy)) = &self.warm {
+                b.warm(cache.clone(), no, *policy);
+            }
+            self.builder = Some(b);
             self.finished.push(FileInfo {
                 file_no: no,
                 size: 0,
@@ -169,7 +182,8 @@ impl<'a> TableOutput<'a> {
 }
 
 /// Writes the live content of a frozen memtable as table `file_no`; `None` when nothing
-/// survives the filter. `snapshots` are the live snapshots, ascending.
+/// survives the filter. `snapshots` are the live snapshots, ascending. With `warm`, the table's
+/// data blocks also go into that block cache.
 pub(crate) fn build_table(
     storage: &Arc<dyn Storage>,
     dir: &Path,
@@ -177,11 +191,15 @@ pub(crate) fn build_table(
     file_no: u64,
     mem: &Arc<Memtable>,
     snapshots: &[SeqNo],
+    warm: Option<&Arc<BlockCache>>,
 ) -> Result<Option<FileInfo>> {
     let frag = mem.fragmented_tombstones();
     let max_tombstone = mem.range_tombstones().iter().map(|t| t.seq).max().unwrap_or(0);
     let mut filter = VersionFilter::new(snapshots, false, frag.as_deref());
     let mut out = TableOutput::new(storage, dir, opts, u64::MAX);
+    if let Some(cache) = warm {
+        out.warm(cache.clone(), WarmPolicy::Always);
+    }
     let mut alloc = || file_no;
     for (k, v) in mem.entries() {
         if filter.keep(&k) {

@@ -34,6 +34,11 @@ pub struct Options {
     pub compression: Compression,
     /// Byte budget of the shared block cache (default 64 MiB).
     pub block_cache_bytes: usize,
+    /// Put the data blocks of newly written tables in the block cache as they are written
+    /// (default true): those of flushed memtables always, and those of compaction output while
+    /// they fit without evicting anything. Without it, the first read of every block of a new
+    /// table goes to the file, even when the whole database fits in the cache.
+    pub prepopulate_block_cache: bool,
     /// How many SSTables may be held open at once (default 1000).
     pub max_open_files: usize,
     /// Size at which compaction output is cut into a new SSTable (default 64 MiB).
@@ -66,6 +71,7 @@ impl Default for Options {
             bloom_bits_per_key: 10,
             compression: Compression::Lz4,
             block_cache_bytes: 64 << 20,
+            prepopulate_block_cache: true,
             max_open_files: 1000,
             target_file_size: 64 << 20,
             level0_compaction_trigger: 4,

@@ -11,9 +11,13 @@
 //! ```
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use crate::block::BlockHandle;
+use bytes::Bytes;
+
+use crate::block::{Block, BlockHandle};
 use crate::block_builder::BlockBuilder;
+use crate::block_cache::BlockCache;
 use crate::bloom::BloomBuilder;
 use crate::compression::{BlockCompressor, TAG_NONE};
 use crate::error::IoContext;
@@ -133,6 +137,27 @@ pub struct TableBuilder {
     info: TableInfo,
     /// Set after a write failed: the file's state is unknown, so further calls fail.
     failed: bool,
+    /// Where written data blocks go as they are written (see [`TableBuilder::warm`]).
+    warm: Option<Warm>,
+}
+
+/// Which written data blocks a [`TableBuilder`] puts in the block cache.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WarmPolicy {
+    /// Every block, evicting others as needed (flushed tables: their keys were just written,
+    /// and recently written keys are the likeliest to be read).
+    Always,
+    /// Blocks that fit without evicting anything ([`BlockCache::insert_if_room`]): compaction
+    /// output, which replaces blocks already cached when the data fits in the cache, and which
+    /// must not push out hot blocks when it does not.
+    IfRoom,
+}
+
+struct Warm {
+    cache: Arc<BlockCache>,
+    table_id: u64,
+    policy: WarmPolicy,
+    path: Arc<Path>,
 }
 
 impl TableBuilder {
@@ -157,7 +182,15 @@ impl TableBuilder {
                 num_deletions: 0,
             },
             failed: false,
+            warm: None,
         }
+    }
+
+    /// Puts the data blocks of this table, which will be table `table_id`, in `cache` as they
+    /// are written, by `policy`, so that the first reads of a new table do not go to the file.
+    pub fn warm(&mut self, cache: Arc<BlockCache>, table_id: u64, policy: WarmPolicy) {
+        let path = Arc::from(self.path.as_path());
+        self.warm = Some(Warm { cache, table_id, policy, path });
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -221,6 +254,16 @@ impl TableBuilder {
         let raw = self.data_block.finish();
         let (tag, stored) = self.compressor.compress_block(&raw);
         let handle = self.write_block(&stored, tag)?;
+        drop(stored);
+        if let Some(w) = &self.warm {
+            let block = Arc::new(Block::new(Bytes::from(raw), w.path.clone(), handle.offset)?);
+            match w.policy {
+                WarmPolicy::Always => w.cache.insert(w.table_id, handle.offset, block),
+                // Once the cache is full, the rest of the table stays out of it too.
+                WarmPolicy::IfRoom if !w.cache.insert_if_room(w.table_id, handle.offset, block) => self.warm = None,
+                WarmPolicy::IfRoom => {}
+            }
+        }
         let mut encoded = Vec::with_capacity(20);
         handle.encode_to(&mut encoded);
         self.index_block.add(&self.info.largest, &encoded);

@@ -57,6 +57,15 @@ impl TableCache {
         self.tables.remove(&file_no);
     }
 
+    /// Closes table `file_no`, whose file is being deleted, and drops its cached data blocks
+    /// (when the table is open: a closed table's blocks age out).
+    pub fn forget(&self, file_no: u64) {
+        if let Some(t) = self.tables.peek(&file_no) {
+            t.forget_cached_blocks();
+        }
+        self.evict(file_no);
+    }
+
     /// Tables currently open through the cache.
     pub fn len(&self) -> usize {
         self.tables.len()

@@ -97,6 +97,19 @@ impl TableReader {
         Ok(block)
     }
 
+    /// Drops this table's data blocks from the block cache (its file is being deleted).
+    pub fn forget_cached_blocks(&self) {
+        let mut index = self.index.iter();
+        let _ = index.seek_to_first();
+        while index.valid() {
+            let Ok(h) = index.handle() else { return };
+            self.cache.remove(self.table_id, h.offset);
+            if index.next().is_err() {
+                return;
+            }
+        }
+    }
+
     /// Whether the bloom filter allows `user_key` (true when the table has no filter).
     pub fn may_contain(&self, user_key: &[u8]) -> bool {
         self.filter.as_ref().is_none_or(|f| f.may_contain(user_key))

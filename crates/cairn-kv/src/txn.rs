@@ -57,6 +57,15 @@ impl Transaction {
         self.snapshot.get(key)
     }
 
+    /// Adds `key` to the read set validated at commit without reading it: for a caller that
+    /// knows the key's value at the snapshot by other means (a cache it can trust).
+    pub fn track(&mut self, key: impl AsRef<[u8]>) {
+        let key = key.as_ref();
+        if !self.tracked.contains(key) {
+            self.tracked.insert(key.to_vec());
+        }
+    }
+
     /// Buffers a put. The commit fails if another writer changed the key since the
     /// transaction began.
     pub fn put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {

@@ -53,7 +53,7 @@ impl Drop for TableFile {
     fn drop(&mut self) {
         if self.obsolete.load(Ordering::Acquire) {
             let no = self.info.file_no;
-            self.cleaner.table_cache.evict(no);
+            self.cleaner.table_cache.forget(no);
             // A failure leaves an orphan file that the next open deletes.
             let _ = self.cleaner.storage.remove_file(&TableCache::table_path(&self.cleaner.dir, no));
         }

@@ -200,3 +200,56 @@ fn background_flush_and_block_cache_budget() {
     assert!(s.block_cache_bytes <= 256 << 10, "cache holds {} bytes", s.block_cache_bytes);
     assert!(s.block_cache_hits + s.block_cache_misses > 0);
 }
+
+/// Writes 3,000 incompressible 300-byte values over several flushes and compactions, then
+/// reads every key; returns the block-cache misses of those reads and the final stats.
+fn write_then_read_all(prepopulate: bool) -> (u64, cairn_kv::Stats) {
+    let opts =
+        Options { block_cache_bytes: 16 << 20, prepopulate_block_cache: prepopulate, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", opts, Arc::new(MemStorage::new())).unwrap();
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for round in 0..3 {
+        for i in 0..1000u32 {
+            let value: Vec<u8> = (0..300)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            db.write_opt(
+                {
+                    let mut b = WriteBatch::new();
+                    b.put(format!("{i:08}"), &value).unwrap();
+                    b
+                },
+                WriteOptions::no_sync(),
+            )
+            .unwrap();
+        }
+        if round == 1 {
+            db.wait_for_compactions().unwrap();
+        }
+    }
+    db.compact_all().unwrap();
+    let before = db.stats().block_cache_misses;
+    for i in 0..1000u32 {
+        assert!(db.get(format!("{i:08}")).unwrap().is_some());
+    }
+    let s = db.stats();
+    (s.block_cache_misses - before, s)
+}
+
+#[test]
+fn new_tables_are_cached_as_they_are_written_and_deleted_tables_leave_the_cache() {
+    let (misses, s) = write_then_read_all(true);
+    assert!(s.flushes > 1 && s.compactions > 0, "{s:?}");
+    assert_eq!(misses, 0, "every block of the compacted tables was cached when written");
+    // Only the live tables' blocks remain: the rewritten tables' blocks were dropped with them.
+    let live = s.table_bytes();
+    assert!(s.block_cache_bytes < live + live / 4, "cache {} bytes for {live} bytes of tables", s.block_cache_bytes);
+
+    let (misses, _) = write_then_read_all(false);
+    assert!(misses > 0, "without prepopulation, the first reads go to the files");
+}

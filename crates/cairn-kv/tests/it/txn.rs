@@ -37,6 +37,23 @@ fn conflicting_commit_fails_with_a_distinct_error() {
 }
 
 #[test]
+fn tracked_keys_conflict_without_being_read() {
+    let (db, _) = mem_db();
+    db.put(b"def", b"1").unwrap();
+    let mut t = db.transaction();
+    t.track(b"def");
+    t.put(b"x", b"1").unwrap();
+    db.put(b"def", b"2").unwrap();
+    assert!(t.commit().unwrap_err().is_conflict(), "a change of a tracked key after the snapshot");
+    assert_eq!(db.get(b"x").unwrap(), None);
+    let mut t = db.transaction();
+    t.track(b"def");
+    t.put(b"x", b"1").unwrap();
+    t.commit().unwrap();
+    assert_eq!(db.get(b"x").unwrap().as_deref(), Some(&b"1"[..]));
+}
+
+#[test]
 fn blind_writes_and_range_deletes_conflict_too() {
     let (db, _) = mem_db();
     let mut t = db.transaction();
