@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use cairn_kv::{Db, Options, WriteOptions};
-use cairn_tables::{IndexKind, Query, Tables};
+use cairn_tables::{Expect, IndexKind, Query, Tables};
 use clap::Args;
 use serde_json::{Value, json};
 
@@ -176,14 +176,14 @@ impl CairnClient<'_> {
 
 impl Client for CairnClient<'_> {
     fn insert(&mut self, _id: u64, rec: &Value) -> Result<()> {
-        self.0.insert("t", rec.clone())?;
+        self.0.put_with("t", rec, Expect::Absent)?;
         Ok(())
     }
     fn read(&mut self, id: u64) -> Result<Option<Value>> {
         Ok(self.0.get("t", &json!(id))?.map(|r| r.data))
     }
     fn update(&mut self, _id: u64, rec: &Value) -> Result<()> {
-        self.0.put("t", rec.clone())?;
+        self.0.put_with("t", rec, Expect::Any)?;
         Ok(())
     }
     fn delete(&mut self, id: u64) -> Result<()> {

@@ -12,6 +12,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use cairn_docs::{AddOptions, GrepOptions, MetaUpdate, NewDoc, QueryMode, SearchOptions};
+use cairn_tables::Expect;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
@@ -554,14 +555,11 @@ async fn batch_write(State(app): State<App>, body: axum::Json<Batch>) -> ApiResu
                 for (i, w) in writes.iter().enumerate() {
                     at = i;
                     out.push(match w {
-                        BatchWrite::Put { table, record, version: Some(v) } => {
-                            json!({ "version": tx.put_if_version(table, record.clone(), *v)?.version })
-                        }
-                        BatchWrite::Put { table, record, version: None } => {
-                            json!({ "version": tx.put(table, record.clone())?.version })
+                        BatchWrite::Put { table, record, version } => {
+                            json!({ "version": tx.put_with(table, record, expect_version(*version))? })
                         }
                         BatchWrite::Insert { table, record } => {
-                            json!({ "version": tx.insert(table, record.clone())?.version })
+                            json!({ "version": tx.put_with(table, record, Expect::Absent)? })
                         }
                         BatchWrite::Patch { table, id, patch, version } => {
                             let r = tx.patch(table, id, patch, *version)?;
@@ -685,14 +683,17 @@ async fn put_record(
             },
             None => return Err(BadRequest("a record must be a JSON object".into()).into()),
         }
-        Ok(match expect {
-            Some(v) => s.tables.put_if_version(&t, rec, v)?,
-            None => s.tables.put(&t, rec)?,
-        })
+        let version = s.tables.put_with(&t, &rec, expect_version(expect))?;
+        Ok(cairn_tables::Record { version, data: rec })
     })
     .await?;
     let status = if r.version == 1 { StatusCode::CREATED } else { StatusCode::OK };
     Ok(record_response(status, &r))
+}
+
+/// A write's condition from an optional expected version (0: absent).
+fn expect_version(version: Option<u64>) -> Expect {
+    version.map_or(Expect::Any, Expect::Version)
 }
 
 async fn patch_record(

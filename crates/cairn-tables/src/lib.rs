@@ -20,7 +20,7 @@ pub mod record;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use cairn_kv::{Db, Transaction, WriteOptions, prefix_successor};
 use parking_lot::Mutex;
@@ -129,8 +129,53 @@ pub struct Record {
     pub data: Value,
 }
 
-/// Decoded definitions by meta key, each with the bytes it was decoded from.
-type DefCache = HashMap<Vec<u8>, (bytes::Bytes, Arc<TableDef>)>;
+/// A decoded definition, with the bytes it was decoded from and the [`DefEpoch`] it is known
+/// current for (`None`: unknown).
+struct CachedDef {
+    bytes: bytes::Bytes,
+    def: Arc<TableDef>,
+    epoch: Option<u64>,
+}
+
+/// Decoded definitions by meta key.
+type DefCache = HashMap<Vec<u8>, CachedDef>;
+
+/// Counts the commits that change table definitions, seqlock-style, so that a write can use a
+/// cached definition instead of reading its row, and still never miss an index.
+///
+/// A changer bumps `begun` before its commit and `done` after it. A reader calls
+/// [`DefEpoch::stable`] before taking its snapshot and [`DefEpoch::confirm`] after: when both
+/// agree on an epoch `e`, no change was in flight or began around the snapshot, so the
+/// snapshot holds exactly the changes counted in `e`, and a definition cached under `e`
+/// is the one the snapshot holds. (Changes committed later are caught by the transaction's
+/// validation of the row, which it still tracks.)
+#[derive(Default)]
+struct DefEpoch {
+    begun: AtomicU64,
+    done: AtomicU64,
+}
+
+impl DefEpoch {
+    /// Runs `commit`, a write that may change definitions.
+    fn change<T>(&self, commit: impl FnOnce() -> T) -> T {
+        self.begun.fetch_add(1, Ordering::SeqCst);
+        let out = commit();
+        // A panic above leaves `begun` ahead for good: the cache is not used any more.
+        self.done.fetch_add(1, Ordering::SeqCst);
+        out
+    }
+
+    /// The current epoch if no change is in flight; call before taking a snapshot.
+    fn stable(&self) -> Option<u64> {
+        let done = self.done.load(Ordering::SeqCst);
+        (self.begun.load(Ordering::SeqCst) == done).then_some(done)
+    }
+
+    /// `epoch` (from [`DefEpoch::stable`]) if no change began since; call after the snapshot.
+    fn confirm(&self, epoch: Option<u64>) -> Option<u64> {
+        epoch.filter(|&e| self.begun.load(Ordering::SeqCst) == e)
+    }
+}
 
 struct Inner {
     db: Db,
@@ -139,6 +184,7 @@ struct Inner {
     /// still reads the row (so it sees changes and a transaction validates it) but decodes
     /// it only when it changed.
     defs: Mutex<DefCache>,
+    epoch: DefEpoch,
     closing: AtomicBool,
     /// Held by a transaction that conflicted [`ESCALATE`] times, while `escalated` counts such
     /// transactions: others wait for it before they start, so it cannot starve.
@@ -289,16 +335,38 @@ impl Inner {
         name: &str,
         get: impl FnOnce(&[u8]) -> cairn_kv::Result<Option<bytes::Bytes>>,
     ) -> Result<Arc<TableDef>> {
-        let key = keys::meta_key(name);
-        let b = get(&key)?.ok_or_else(|| Error::NoTable(name.to_string()))?;
-        if let Some((have, d)) = self.defs.lock().get(&key)
-            && *have == b
+        self.def_at(&keys::meta_key(name), name, None, get)
+    }
+
+    /// [`Inner::def`] for a reader at `epoch` (see [`DefEpoch`]), which caches the definition
+    /// as current for that epoch. The row is read by `get` and decoded when it changed.
+    fn def_at(
+        &self,
+        key: &[u8],
+        name: &str,
+        epoch: Option<u64>,
+        get: impl FnOnce(&[u8]) -> cairn_kv::Result<Option<bytes::Bytes>>,
+    ) -> Result<Arc<TableDef>> {
+        let b = get(key)?.ok_or_else(|| Error::NoTable(name.to_string()))?;
+        let mut defs = self.defs.lock();
+        if let Some(c) = defs.get_mut(key)
+            && c.bytes == b
         {
-            return Ok(d.clone());
+            if epoch.is_some() {
+                c.epoch = epoch;
+            }
+            return Ok(c.def.clone());
         }
-        let d = Arc::new(decode_def(&key, &b)?);
-        self.defs.lock().insert(key, (b, d.clone()));
-        Ok(d)
+        drop(defs);
+        let def = Arc::new(decode_def(key, &b)?);
+        self.defs.lock().insert(key.to_vec(), CachedDef { bytes: b, def: def.clone(), epoch });
+        Ok(def)
+    }
+
+    /// The cached definition at meta key `key` if it is known current for `epoch`.
+    fn cached_def(&self, key: &[u8], epoch: Option<u64>) -> Option<Arc<TableDef>> {
+        let e = epoch?;
+        self.defs.lock().get(key).filter(|c| c.epoch == Some(e)).map(|c| c.def.clone())
     }
 }
 
@@ -354,16 +422,48 @@ pub struct Tx {
     txn: Transaction,
     defs: HashMap<String, Arc<TableDef>>,
     inner: Arc<Inner>,
+    /// The [`DefEpoch`] the snapshot is known to be at, if any.
+    epoch: Option<u64>,
+    /// Whether this transaction writes a definition (its commit is a [`DefEpoch::change`]).
+    changes_defs: bool,
 }
 
 impl Tx {
+    fn new(inner: &Arc<Inner>) -> Tx {
+        let epoch = inner.epoch.stable();
+        let mut txn = inner.db.transaction();
+        txn.set_write_options(inner.writes);
+        let epoch = inner.epoch.confirm(epoch);
+        Tx { txn, defs: HashMap::new(), inner: inner.clone(), epoch, changes_defs: false }
+    }
+
     fn def(&mut self, table: &str) -> Result<Arc<TableDef>> {
         if let Some(d) = self.defs.get(table) {
             return Ok(d.clone());
         }
-        let d = self.inner.def(table, |k| self.txn.get(k))?;
+        let key = keys::meta_key(table);
+        let d = match self.inner.cached_def(&key, self.epoch).filter(|_| !self.changes_defs) {
+            Some(d) => {
+                // Not read, but validated at commit as if it were: a change makes this retry.
+                self.txn.track(&key);
+                d
+            }
+            None => self.inner.def_at(&key, table, self.epoch.filter(|_| !self.changes_defs), |k| self.txn.get(k))?,
+        };
         self.defs.insert(table.to_string(), d.clone());
         Ok(d)
+    }
+
+    /// Writes the definition of `def.name` (or deletes it: `None`).
+    fn put_def(&mut self, name: &str, def: Option<&TableDef>) -> Result<()> {
+        self.changes_defs = true;
+        self.defs.remove(name);
+        let k = keys::meta_key(name);
+        match def {
+            Some(d) => self.txn.put(&k, serde_json::to_vec(d).expect("serializes"))?,
+            None => self.txn.delete(&k)?,
+        }
+        Ok(())
     }
 
     /// The record with primary key `id`.
@@ -413,8 +513,9 @@ impl Tx {
         Ok(version)
     }
 
-    /// Writes `rec` if the current record is as `expect`ed; returns the new version.
-    fn put_checked(&mut self, table: &str, rec: &Value, expect: Expect) -> Result<u64> {
+    /// Creates or replaces the record `rec` (its primary key is in it) if the current record
+    /// is as `expect`ed; returns the new version. The record is borrowed, not kept.
+    pub fn put_with(&mut self, table: &str, rec: &Value, expect: Expect) -> Result<u64> {
         let def = self.def(table)?;
         validate(&def, rec)?;
         let (pk, id) = pk_of(&def, rec)?;
@@ -426,20 +527,20 @@ impl Tx {
 
     /// Creates or replaces the record (its primary key is in it).
     pub fn put(&mut self, table: &str, rec: Value) -> Result<Record> {
-        let version = self.put_checked(table, &rec, Expect::Any)?;
+        let version = self.put_with(table, &rec, Expect::Any)?;
         Ok(Record { version, data: rec })
     }
 
     /// Creates the record; [`Error::Exists`] if its key is taken.
     pub fn insert(&mut self, table: &str, rec: Value) -> Result<Record> {
-        let version = self.put_checked(table, &rec, Expect::Absent)?;
+        let version = self.put_with(table, &rec, Expect::Absent)?;
         Ok(Record { version, data: rec })
     }
 
     /// Replaces the record only if it is at `version` ([`Error::VersionMismatch`] otherwise;
     /// 0 means absent).
     pub fn put_if_version(&mut self, table: &str, rec: Value, version: u64) -> Result<Record> {
-        let version = self.put_checked(table, &rec, Expect::Version(version))?;
+        let version = self.put_with(table, &rec, Expect::Version(version))?;
         Ok(Record { version, data: rec })
     }
 
@@ -480,9 +581,14 @@ impl Tx {
     }
 }
 
-enum Expect {
+/// What a conditional write expects of the current record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Expect {
+    /// Anything: the write creates or replaces.
     Any,
+    /// No record ([`Error::Exists`] otherwise).
     Absent,
+    /// The record at this version, 0 meaning absent ([`Error::VersionMismatch`] otherwise).
     Version(u64),
 }
 
@@ -518,6 +624,7 @@ impl Tables {
                 db,
                 writes,
                 defs: Mutex::default(),
+                epoch: DefEpoch::default(),
                 closing: AtomicBool::new(false),
                 turn: parking_lot::ReentrantMutex::new(()),
                 escalated: std::sync::atomic::AtomicUsize::new(0),
@@ -552,10 +659,13 @@ impl Tables {
             if attempt == ESCALATE {
                 _alone = Some(Turn::take(&self.inner));
             }
-            let mut tx = Tx { txn: self.inner.db.transaction(), defs: HashMap::new(), inner: self.inner.clone() };
-            tx.txn.set_write_options(self.inner.writes);
+            let mut tx = Tx::new(&self.inner);
             let out = f(&mut tx)?;
-            match tx.txn.commit() {
+            let committed = match tx.changes_defs {
+                true => self.inner.epoch.change(|| tx.txn.commit()),
+                false => tx.txn.commit(),
+            };
+            match committed {
                 Ok(()) => return Ok(out),
                 Err(e) if e.is_conflict() => cairn_kv::retry_backoff(attempt),
                 Err(e) => return Err(e.into()),
@@ -596,12 +706,10 @@ impl Tables {
         }
         let def = TableDef { name: name.into(), pk: pk.into(), schema, indexes: Vec::new(), next_index: 1 };
         self.transaction(|tx| {
-            let k = keys::meta_key(name);
-            if tx.txn.get(&k)?.is_some() {
+            if tx.txn.get(keys::meta_key(name))?.is_some() {
                 return Err(Error::TableExists(name.into()));
             }
-            tx.txn.put(&k, serde_json::to_vec(&def).expect("serializes"))?;
-            Ok(())
+            tx.put_def(name, Some(&def))
         })?;
         Ok(def)
     }
@@ -615,25 +723,32 @@ impl Tables {
             let end = prefix_successor(&p).expect("ends in /");
             b.delete_range(p, end)?;
         }
-        self.inner.db.write(b)?;
+        self.inner.epoch.change(|| self.inner.db.write(b))?;
         Ok(())
+    }
+
+    /// Creates or replaces the record `rec` if the current one is as `expect`ed; returns the
+    /// new version. Like [`Tables::put`], [`Tables::insert`] and [`Tables::put_if_version`],
+    /// but the record is borrowed (nothing is cloned) and not returned.
+    pub fn put_with(&self, table: &str, rec: &Value, expect: Expect) -> Result<u64> {
+        self.transaction(|tx| tx.put_with(table, rec, expect))
     }
 
     /// Creates or replaces a record.
     pub fn put(&self, table: &str, rec: Value) -> Result<Record> {
-        let version = self.transaction(|tx| tx.put_checked(table, &rec, Expect::Any))?;
+        let version = self.transaction(|tx| tx.put_with(table, &rec, Expect::Any))?;
         Ok(Record { version, data: rec })
     }
 
     /// Creates a record; [`Error::Exists`] if its key is taken.
     pub fn insert(&self, table: &str, rec: Value) -> Result<Record> {
-        let version = self.transaction(|tx| tx.put_checked(table, &rec, Expect::Absent))?;
+        let version = self.transaction(|tx| tx.put_with(table, &rec, Expect::Absent))?;
         Ok(Record { version, data: rec })
     }
 
     /// Replaces a record only at `version` (0: only if absent).
     pub fn put_if_version(&self, table: &str, rec: Value, version: u64) -> Result<Record> {
-        let version = self.transaction(|tx| tx.put_checked(table, &rec, Expect::Version(version)))?;
+        let version = self.transaction(|tx| tx.put_with(table, &rec, Expect::Version(version)))?;
         Ok(Record { version, data: rec })
     }
 
@@ -649,7 +764,12 @@ impl Tables {
 
     /// The record with primary key `id`.
     pub fn get(&self, table: &str, id: &Value) -> Result<Option<Record>> {
-        self.inner.def(table, |k| self.inner.db.get(k))?;
+        // Only to check that the table exists: a cached definition known current will do.
+        let epoch = self.inner.epoch.stable();
+        let key = keys::meta_key(table);
+        if self.inner.cached_def(&key, epoch).is_none() {
+            self.inner.def_at(&key, table, epoch, |k| self.inner.db.get(k))?;
+        }
         let k = keys::record_key(table, &encode_id(id)?);
         self.inner.db.get(&k)?.map(|b| record::decode(&k, &b)).transpose()
     }
@@ -669,7 +789,7 @@ impl Tables {
             let ix = IndexDef { name: name.into(), attr: attr.into(), kind, id: def.next_index, ready: false };
             def.next_index += 1;
             def.indexes.push(ix.clone());
-            tx.txn.put(keys::meta_key(table), serde_json::to_vec(&def).expect("serializes"))?;
+            tx.put_def(table, Some(&def))?;
             Ok(ix)
         })?;
         self.spawn_builder(table, ix.id, name);
@@ -686,7 +806,7 @@ impl Tables {
                 .position(|i| i.name == name)
                 .ok_or_else(|| Error::NoIndex(table.into(), name.into()))?;
             let id = def.indexes.remove(pos).id;
-            tx.txn.put(keys::meta_key(table), serde_json::to_vec(&def).expect("serializes"))?;
+            tx.put_def(table, Some(&def))?;
             Ok(id)
         })?;
         // Nothing writes entries of an index missing from the definition any more.
@@ -760,7 +880,7 @@ impl Tables {
                     let mut def = (*def).clone();
                     def.indexes.iter_mut().filter(|i| i.id == id).for_each(|i| i.ready = true);
                     tx.txn.set_write_options(WriteOptions::default());
-                    tx.txn.put(keys::meta_key(table), serde_json::to_vec(&def).expect("serializes"))?;
+                    tx.put_def(table, Some(&def))?;
                 }
                 Ok(false)
             });

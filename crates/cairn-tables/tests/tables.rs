@@ -261,3 +261,59 @@ fn format_1_records_are_still_served() {
     assert_eq!(q(&t, "age=ge=38").0, Vec::<Value>::new());
     assert_eq!(t.verify("people").unwrap(), 19);
 }
+
+/// Writers that reuse cached table definitions never miss an index created, finished or
+/// dropped while they write: every round of index changes ends with the indexes in step.
+#[test]
+fn writers_racing_index_changes_keep_indexes_in_step() {
+    use cairn_tables::Expect;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let d = tempfile::tempdir().unwrap();
+    let t = open(d.path());
+    t.create_table("w", "id", None).unwrap();
+    let stop = AtomicBool::new(false);
+    /// Stops the writers even when a check below panics (the scope waits for them).
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    std::thread::scope(|s| {
+        for w in 0..3u64 {
+            let (t, stop) = (&t, &stop);
+            s.spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let id = (i * 3 + w) % 600;
+                    let r = json!({"id": id, "a": i % 17, "b": {"c": format!("v{}", i % 5)}});
+                    t.put_with("w", &r, Expect::Any).unwrap();
+                    if i.is_multiple_of(7) {
+                        t.delete("w", &json!((id + 3) % 600), None).unwrap();
+                    }
+                    i += 1;
+                }
+            });
+        }
+        let _stop = Stop(&stop);
+        for round in 0..6u32 {
+            t.create_index("w", &format!("a{round}"), "a", IndexKind::Range).unwrap();
+            t.create_index("w", &format!("c{round}"), "b.c", IndexKind::Hash).unwrap();
+            t.wait_for_index("w", &format!("a{round}")).unwrap();
+            t.wait_for_index("w", &format!("c{round}")).unwrap();
+            t.verify("w").unwrap();
+            if !round.is_multiple_of(2) {
+                t.drop_index("w", &format!("a{round}")).unwrap();
+            }
+        }
+    });
+    t.verify("w").unwrap();
+    let (ids, plan) = {
+        let r = t.query("w", &Query { filter: Some("a==3".into()), ..Default::default() }).unwrap();
+        (r.records.iter().map(|r| r["id"].clone()).collect::<Vec<_>>(), r.plan)
+    };
+    assert!(plan.starts_with("index"), "{plan}");
+    let all = t.query("w", &Query::default()).unwrap().records;
+    let want: Vec<Value> = all.iter().filter(|r| r["a"] == json!(3)).map(|r| r["id"].clone()).collect();
+    assert_eq!(ids, want);
+}
