@@ -84,6 +84,16 @@ impl BlockBuilder {
         &self.last_key
     }
 
+    /// Hands back the buffer a [`BlockBuilder::finish`] returned, once the caller is done with
+    /// it, so the next block is built in it without allocating (growing a fresh buffer through
+    /// a series of reallocations was a quarter of a flush's time).
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if self.buf.is_empty() && buf.capacity() > self.buf.capacity() {
+            buf.clear();
+            self.buf = buf;
+        }
+    }
+
     /// Appends the restart trailer, returns the block's bytes and resets the builder.
     pub fn finish(&mut self) -> Vec<u8> {
         let mut out = std::mem::take(&mut self.buf);

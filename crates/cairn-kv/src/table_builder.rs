@@ -256,7 +256,9 @@ impl TableBuilder {
         let handle = self.write_block(&stored, tag)?;
         drop(stored);
         if let Some(w) = &self.warm {
-            let block = Arc::new(Block::new(Bytes::from(raw), w.path.clone(), handle.offset)?);
+            // A copy of exactly the block's size: the build buffer has spare capacity, which the
+            // cache would hold without counting it.
+            let block = Arc::new(Block::new(Bytes::copy_from_slice(&raw), w.path.clone(), handle.offset)?);
             match w.policy {
                 WarmPolicy::Always => w.cache.insert(w.table_id, handle.offset, block),
                 // Once the cache is full, the rest of the table stays out of it too.
@@ -264,6 +266,7 @@ impl TableBuilder {
                 WarmPolicy::IfRoom => {}
             }
         }
+        self.data_block.recycle(raw);
         let mut encoded = Vec::with_capacity(20);
         handle.encode_to(&mut encoded);
         self.index_block.add(&self.info.largest, &encoded);
