@@ -11,7 +11,7 @@ use cairn_kv::iter::InternalIterator;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let Ok(block) = Block::new(data.to_vec().into(), Arc::from(Path::new("fuzz")), 0) else {
+    let Ok(block) = Block::new(data.to_vec().into(), Arc::from(Path::new("fuzz")), 0).map(Arc::new) else {
         return;
     };
     // Each entry takes at least 3 bytes, so a walk longer than the block is a bug.

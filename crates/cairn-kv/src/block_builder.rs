@@ -175,12 +175,12 @@ mod tests {
             proptest::collection::vec((uk, 0u64..20, any::<bool>(), val), 0..200).prop_map(sorted_entries)
         }
 
-        fn build(entries: &[(Vec<u8>, Vec<u8>)], interval: usize) -> Block {
+        fn build(entries: &[(Vec<u8>, Vec<u8>)], interval: usize) -> Arc<Block> {
             let mut b = BlockBuilder::new(interval);
             for (k, v) in entries {
                 b.add(k, v);
             }
-            Block::new(Bytes::from(b.finish()), Arc::from(Path::new("t.sst")), 0).unwrap()
+            Arc::new(Block::new(Bytes::from(b.finish()), Arc::from(Path::new("t.sst")), 0).unwrap())
         }
 
         fn at(it: &impl InternalIterator) -> Option<(Vec<u8>, Vec<u8>)> {
@@ -260,7 +260,7 @@ mod tests {
 
         /// Runs every operation over arbitrary bytes; only errors are allowed, not panics.
         pub(crate) fn exercise(data: Vec<u8>) {
-            let Ok(block) = Block::new(Bytes::from(data), Arc::from(Path::new("x")), 5) else {
+            let Ok(block) = Block::new(Bytes::from(data), Arc::from(Path::new("x")), 5).map(Arc::new) else {
                 return;
             };
             let mut it = block.iter();

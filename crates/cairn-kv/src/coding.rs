@@ -14,12 +14,18 @@ pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 /// Returns `None` for truncated input or more than 10 bytes / 64 bits.
 #[inline]
 pub fn get_varint(buf: &[u8]) -> Option<(u64, usize)> {
-    // Block entries' lengths are almost always below 128: one byte.
-    match buf.first() {
-        Some(&b) if b < 0x80 => return Some((b as u64, 1)),
-        None => return None,
-        _ => {}
+    // Block entries' key lengths are almost always below 128 (one byte) and their value
+    // lengths below 16 Ki (two bytes): both decode inline.
+    match *buf {
+        [b, ..] if b < 0x80 => Some((b as u64, 1)),
+        [b0, b1, ..] if b1 < 0x80 => Some(((b0 & 0x7F) as u64 | (b1 as u64) << 7, 2)),
+        [] => None,
+        _ => get_varint_long(buf),
     }
+}
+
+#[cold]
+fn get_varint_long(buf: &[u8]) -> Option<(u64, usize)> {
     let mut v: u64 = 0;
     for (i, &b) in buf.iter().enumerate().take(10) {
         let bits = (b & 0x7F) as u64;
@@ -137,6 +143,11 @@ mod tests {
             for i in 0..out.len() {
                 prop_assert!(get_varint(&out[..i]).is_none());
             }
+        }
+
+        #[test]
+        fn varint_fast_paths_agree_with_the_loop(buf in proptest::collection::vec(any::<u8>(), 0..12)) {
+            prop_assert_eq!(get_varint(&buf), get_varint_long(&buf));
         }
 
         #[test]

@@ -29,7 +29,7 @@ pub struct TableReader {
     file_size: u64,
     /// End of the data blocks (start of the filter or index block).
     data_end: u64,
-    index: Block,
+    index: Arc<Block>,
     filter: Option<BloomFilter>,
 }
 
@@ -70,7 +70,7 @@ impl TableReader {
         }
         let data_end = if has_filter { footer.filter.offset } else { footer.index.offset };
         let index = read_block(&*file, &path, footer.index, footer_at)?;
-        let index = Block::new(index, path.clone(), footer.index.offset)?;
+        let index = Arc::new(Block::new(index, path.clone(), footer.index.offset)?);
         let filter = if has_filter {
             // A filter that passed its checksum but does not decode fails open.
             let data = read_block(&*file, &path, footer.filter, footer.index.offset)?;
@@ -88,12 +88,12 @@ impl TableReader {
     }
 
     /// The data block at `h`, from the block cache or else from the file (then cached).
-    fn data_block(&self, h: BlockHandle) -> Result<Block> {
+    fn data_block(&self, h: BlockHandle) -> Result<Arc<Block>> {
         if let Some(b) = self.cache.get(self.table_id, h.offset) {
-            return Ok((*b).clone());
+            return Ok(b);
         }
-        let block = self.read_data_block(h)?;
-        self.cache.insert(self.table_id, h.offset, Arc::new(block.clone()));
+        let block = Arc::new(self.read_data_block(h)?);
+        self.cache.insert(self.table_id, h.offset, block.clone());
         Ok(block)
     }
 
@@ -159,7 +159,7 @@ impl TableReader {
                 return Err(corrupt("data blocks are not contiguous"));
             }
             expected_offset = block_end(h).ok_or_else(|| corrupt("block out of range"))?;
-            let mut it = BlockIter::new(self.read_data_block(h)?);
+            let mut it = BlockIter::new(Arc::new(self.read_data_block(h)?));
             it.seek_to_first()?;
             if !it.valid() {
                 return Err(corrupt("empty data block"));
