@@ -42,7 +42,11 @@ impl Store {
         // Close the open pack; whatever it holds beyond committed entries is garbage.
         if let Some(mut p) = w.pack.take() {
             p.sync()?;
+            if inner.remote.is_some() {
+                w.sealed.push(p.no);
+            }
         }
+        inner.upload_sealed(&mut w)?;
         let mut rows: BTreeMap<u64, PackRow> = BTreeMap::new();
         for item in inner.db.prefix(index::PACK_PREFIX) {
             let (k, v) = item?;
@@ -56,13 +60,27 @@ impl Store {
             ..GcReport::default()
         };
         let names = storage.list_dir(dir).map_err(|e| Error::io(dir, e))?;
+        let mut orphans: HashSet<u64> = HashSet::new();
         for no in names.iter().filter_map(|n| pack::parse_pack_name(n)) {
             if !rows.contains_key(&no) {
                 inner.forget_pack(no);
                 storage.remove_file(&pack::pack_path(dir, no)).map_err(|e| Error::io(pack::pack_path(dir, no), e))?;
-                report.orphan_packs += 1;
+                orphans.insert(no);
             }
         }
+        if let Some(r) = &inner.remote {
+            // Objects no row names: a crash between an upload and the index switch, or
+            // between the switch and the deletion of the old packs.
+            let listed = r.backend.list().map_err(|e| inner.remote_err(0, e))?;
+            for (no, _) in listed {
+                if !rows.contains_key(&no) {
+                    r.backend.delete(no).map_err(|e| inner.remote_err(no, e))?;
+                    inner.forget_remote(no);
+                    orphans.insert(no);
+                }
+            }
+        }
+        report.orphan_packs = orphans.len() as u64;
         let victims: HashSet<u64> = rows
             .iter()
             .filter(|(_, r)| (r.live as f64) < min_live_fraction * r.total as f64)
@@ -116,6 +134,9 @@ impl Store {
             p.sync()?;
         }
         storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+        if inner.remote.is_some() {
+            w.sealed.extend(new_rows.keys());
+        }
         for no in &victims {
             wb.delete(index::pack_key(*no))?;
         }
@@ -125,10 +146,19 @@ impl Store {
         wb.put(index::NEXT_PACK, w.next_pack.to_le_bytes())?;
         inner.db.write(wb)?;
         w.persisted_next_pack = w.next_pack;
+        inner.upload_sealed(&mut w)?;
         for no in &victims {
             inner.forget_pack(*no);
             let path = pack::pack_path(dir, *no);
-            storage.remove_file(&path).map_err(|e| Error::io(&path, e))?;
+            match storage.remove_file(&path) {
+                // With a backend, an old pack may have no local copy.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && inner.remote.is_some() => {}
+                r => r.map_err(|e| Error::io(&path, e))?,
+            }
+            if let Some(r) = &inner.remote {
+                r.backend.delete(*no).map_err(|e| inner.remote_err(*no, e))?;
+                inner.forget_remote(*no);
+            }
         }
         storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
         report.packs_collected = victims.len() as u64;

@@ -7,6 +7,7 @@
 //! prefix `cas/`. Storing content that is already present writes no chunk data.
 //! Formats: `docs/format/cas.md`.
 
+pub mod backend;
 mod error;
 mod gc;
 mod id;
@@ -16,6 +17,7 @@ mod reader;
 mod store;
 mod verify;
 
+pub use backend::{Backend, LocalBackend, Remote};
 pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use id::{HashAlgo, Hasher, Id};

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use cairn_kv::{Db, RandomAccessFile, Storage, WriteBatch};
 use parking_lot::{Mutex, MutexGuard};
 
+use crate::backend::Remote;
 use crate::index::{self, BlobRow, ChunkRow, IDS_PER_PAGE, Meta, PackRow};
 use crate::pack::{self, PackWriter, StoredChunk};
 use crate::{Error, HashAlgo, Id, Result};
@@ -159,6 +160,18 @@ pub(crate) struct WriterState {
     pub next_pack: u64,
     /// The `next_pack` value the index holds.
     pub persisted_next_pack: u64,
+    /// Closed packs the backend does not hold yet (uploaded after the next commit).
+    pub sealed: Vec<u64>,
+}
+
+/// What the store knows of its backend's packs and its local copies of them.
+#[derive(Default)]
+pub(crate) struct RemoteState {
+    /// Packs the backend holds, with their sizes.
+    pub uploaded: HashMap<u64, u64>,
+    /// Local copies of uploaded packs (the read cache): size and last use.
+    pub cached: HashMap<u64, (u64, u64)>,
+    pub clock: u64,
 }
 
 pub(crate) struct Inner {
@@ -170,6 +183,18 @@ pub(crate) struct Inner {
     pub zstd_level: i32,
     pub writer: Mutex<WriterState>,
     readers: Mutex<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    pub remote: Option<Remote>,
+    pub remote_state: Mutex<RemoteState>,
+}
+
+impl Drop for Inner {
+    /// With a backend, the open pack is sealed and uploaded (best effort: whatever is not
+    /// uploaded now is uploaded by the next open).
+    fn drop(&mut self) {
+        if self.remote.is_some() {
+            let _ = self.seal_open_pack();
+        }
+    }
 }
 
 /// A content-addressed blob store: packs in a directory, index rows in a [`Db`]. Cheap to clone.
@@ -181,6 +206,19 @@ pub struct Store {
 impl Store {
     /// Opens (or creates) the store whose packs live in `dir` and whose index lives in `db`.
     pub fn open(db: Db, storage: Arc<dyn Storage>, dir: impl Into<PathBuf>, config: StoreConfig) -> Result<Store> {
+        Store::open_with_remote(db, storage, dir, config, None)
+    }
+
+    /// [`Store::open`] with sealed packs kept in a [`Backend`](crate::Backend): `dir` then holds
+    /// the pack being written, packs not uploaded yet and a cache of recently used packs. Packs
+    /// a crash left un-uploaded are uploaded now.
+    pub fn open_with_remote(
+        db: Db,
+        storage: Arc<dyn Storage>,
+        dir: impl Into<PathBuf>,
+        config: StoreConfig,
+        remote: Option<Remote>,
+    ) -> Result<Store> {
         config.check()?;
         let dir = dir.into();
         storage.create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
@@ -215,10 +253,27 @@ impl Store {
                 pack_in_dir: false,
                 next_pack,
                 persisted_next_pack: next_pack,
+                sealed: Vec::new(),
             }),
             readers: Mutex::new(HashMap::new()),
+            remote,
+            remote_state: Mutex::new(RemoteState::default()),
         };
+        if inner.remote.is_some() {
+            inner.reconcile()?;
+        }
         Ok(Store { inner: Arc::new(inner) })
+    }
+
+    /// Closes the pack being written and, with a backend, uploads every sealed pack. Packs are
+    /// also sealed when full and when the last handle to the store is dropped.
+    pub fn seal(&self) -> Result<()> {
+        self.inner.seal_open_pack()
+    }
+
+    /// The backend's location, if the store has one.
+    pub fn remote_location(&self) -> Option<String> {
+        self.inner.remote.as_ref().map(|r| r.backend.location())
     }
 
     /// The store's hash function.
@@ -418,11 +473,22 @@ impl Inner {
     }
 
     pub fn pack_file(&self, no: u64) -> Result<Arc<dyn RandomAccessFile>> {
+        if self.remote.is_some() {
+            let mut rs = self.remote_state.lock();
+            rs.clock += 1;
+            let now = rs.clock;
+            if let Some(c) = rs.cached.get_mut(&no) {
+                c.1 = now;
+            }
+        }
         if let Some(f) = self.readers.lock().get(&no) {
             return Ok(f.clone());
         }
         let path = pack::pack_path(&self.dir, no);
-        let f = self.storage.open_read(&path).map_err(|e| Error::io(&path, e))?;
+        let f = match self.storage.open_read(&path) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.remote.is_some() => self.fetch_pack(no)?,
+            r => r.map_err(|e| Error::io(&path, e))?,
+        };
         self.readers.lock().insert(no, f.clone());
         Ok(f)
     }
@@ -431,11 +497,133 @@ impl Inner {
         self.readers.lock().remove(&no);
     }
 
+    /// Forgets pack `no` in the backend bookkeeping (deleted).
+    pub(crate) fn forget_remote(&self, no: u64) {
+        let mut rs = self.remote_state.lock();
+        rs.uploaded.remove(&no);
+        rs.cached.remove(&no);
+    }
+
+    pub(crate) fn remote_err(&self, no: u64, e: std::io::Error) -> Error {
+        let at = self.remote.as_ref().map_or_else(String::new, |r| r.backend.location());
+        Error::io(PathBuf::from(format!("{at}/pack-{no:08}.pack")), e)
+    }
+
+    /// Downloads uploaded pack `no` into the local cache and opens it.
+    fn fetch_pack(&self, no: u64) -> Result<Arc<dyn RandomAccessFile>> {
+        let Some(r) = &self.remote else { unreachable!("checked by the caller") };
+        let data = r.backend.download(no).map_err(|e| self.remote_err(no, e))?;
+        let path = pack::pack_path(&self.dir, no);
+        let tmp = self.dir.join(format!("pack-{no:08}.download"));
+        let io = |e| Error::io(&tmp, e);
+        let mut f = self.storage.create(&tmp).map_err(io)?;
+        f.append(&data).map_err(io)?;
+        f.sync().map_err(io)?;
+        drop(f);
+        self.storage.rename(&tmp, &path).map_err(io)?;
+        {
+            let mut rs = self.remote_state.lock();
+            rs.clock += 1;
+            let now = rs.clock;
+            rs.cached.insert(no, (data.len() as u64, now));
+        }
+        self.evict_cached(Some(no));
+        self.storage.open_read(&path).map_err(|e| Error::io(&path, e))
+    }
+
+    /// Drops least recently used local copies of uploaded packs until they fit the cache
+    /// budget (never `keep`, the pack just fetched).
+    fn evict_cached(&self, keep: Option<u64>) {
+        let Some(r) = &self.remote else { return };
+        let mut rs = self.remote_state.lock();
+        let mut total: u64 = rs.cached.values().map(|c| c.0).sum();
+        while total > r.cache_bytes {
+            let victim =
+                rs.cached.iter().filter(|(n, _)| Some(**n) != keep).min_by_key(|(_, c)| c.1).map(|(n, c)| (*n, c.0));
+            let Some((no, size)) = victim else { break };
+            rs.cached.remove(&no);
+            total -= size;
+            self.forget_pack(no);
+            // A copy that cannot be removed stays; it is still a valid copy.
+            let _ = self.storage.remove_file(&pack::pack_path(&self.dir, no));
+        }
+    }
+
+    /// Uploads sealed pack `no` and counts its local copy in the cache.
+    fn upload(&self, no: u64) -> Result<()> {
+        let Some(r) = &self.remote else { return Ok(()) };
+        let path = pack::pack_path(&self.dir, no);
+        r.backend.upload(no, &path).map_err(|e| self.remote_err(no, e))?;
+        let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
+        let mut rs = self.remote_state.lock();
+        rs.uploaded.insert(no, size);
+        rs.clock += 1;
+        let now = rs.clock;
+        rs.cached.insert(no, (size, now));
+        Ok(())
+    }
+
+    /// Uploads the sealed packs of `w` (after a commit).
+    pub(crate) fn upload_sealed(&self, w: &mut WriterState) -> Result<()> {
+        while let Some(&no) = w.sealed.first() {
+            self.upload(no)?;
+            w.sealed.remove(0);
+        }
+        self.evict_cached(None);
+        Ok(())
+    }
+
+    /// Seals the pack being written (its committed bytes are durable already) and uploads.
+    pub(crate) fn seal_open_pack(&self) -> Result<()> {
+        let mut w = self.writer.lock();
+        if let Some(mut p) = w.pack.take() {
+            p.sync()?;
+            if self.remote.is_some() {
+                w.sealed.push(p.no);
+            }
+        }
+        self.upload_sealed(&mut w)
+    }
+
+    /// At open with a backend: learns which packs it holds, uploads the local packs the index
+    /// names that it lacks (a crash came before their upload), and counts the other local
+    /// copies as cached.
+    fn reconcile(&self) -> Result<()> {
+        let Some(r) = &self.remote else { return Ok(()) };
+        let listed = r.backend.list().map_err(|e| self.remote_err(0, e))?;
+        let names = self.storage.list_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        {
+            let mut rs = self.remote_state.lock();
+            rs.uploaded = listed.into_iter().collect();
+        }
+        for n in names.iter().filter(|n| n.ends_with(".download")) {
+            // A download a crash interrupted.
+            let _ = self.storage.remove_file(&self.dir.join(n));
+        }
+        for no in names.iter().filter_map(|n| pack::parse_pack_name(n)) {
+            let uploaded = self.remote_state.lock().uploaded.contains_key(&no);
+            if uploaded {
+                let path = pack::pack_path(&self.dir, no);
+                let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
+                self.remote_state.lock().cached.insert(no, (size, 0));
+            } else if self.db.get(index::pack_key(no))?.is_some() {
+                self.upload(no)?;
+            }
+        }
+        self.evict_cached(None);
+        Ok(())
+    }
+
     /// Reads, checks and decodes one chunk.
     pub fn read_chunk(&self, id: &Id) -> Result<Vec<u8>> {
         let row = self.chunk_row(id)?.ok_or(Error::MissingChunk(*id))?;
+        self.read_chunk_in(self.pack_file(row.pack)?.as_ref(), id, &row)
+    }
+
+    /// Reads, checks and decodes chunk `id` (at `row`) from `file`, a copy of its pack.
+    pub fn read_chunk_in(&self, file: &dyn RandomAccessFile, id: &Id, row: &ChunkRow) -> Result<Vec<u8>> {
         let path = pack::pack_path(&self.dir, row.pack);
-        let stored = pack::read_entry(self.pack_file(row.pack)?.as_ref(), &path, row.offset, id, row.stored_len)?;
+        let stored = pack::read_entry(file, &path, row.offset, id, row.stored_len)?;
         if stored.raw_len != row.raw_len {
             return Err(Error::corruption(&path, row.offset, "entry length differs from the index"));
         }
@@ -505,6 +693,9 @@ impl Batch<'_> {
             if !self.w.pack_in_dir {
                 let dir = &self.inner.dir;
                 self.inner.storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+            }
+            if self.inner.remote.is_some() {
+                self.w.sealed.push(p.no);
             }
         }
         if self.w.pack.is_none() {
@@ -770,6 +961,7 @@ impl Batch<'_> {
         }
         self.inner.db.write(wb)?;
         self.w.persisted_next_pack = next_pack;
-        Ok(())
+        // Only now may a sealed pack be uploaded: the index names its committed bytes.
+        self.inner.upload_sealed(&mut self.w)
     }
 }

@@ -4,7 +4,6 @@
 use std::collections::HashMap;
 
 use crate::index::{self, BlobRow, ChunkRow};
-use crate::pack;
 use crate::{Error, Id, Result, Store};
 
 /// One damaged chunk and the blobs it breaks.
@@ -68,14 +67,30 @@ impl Store {
         let mut damaged: HashMap<Id, Damage> = HashMap::new();
         let mut sorted: Vec<(&Id, &ChunkRow)> = rows.iter().collect();
         sorted.sort_by_key(|(_, r)| (r.pack, r.offset));
+        // With a backend, uploaded packs are reread from it, not from local copies.
+        let mut fetched: Option<(u64, std::io::Result<MemPack>)> = None;
         for (id, row) in sorted {
             report.chunks += 1;
-            match inner.read_chunk(id) {
+            let uploaded = inner.remote.is_some() && inner.remote_state.lock().uploaded.contains_key(&row.pack);
+            let read = if let (true, Some(r)) = (uploaded, &inner.remote) {
+                if fetched.as_ref().is_none_or(|(no, _)| *no != row.pack) {
+                    fetched = Some((row.pack, r.backend.download(row.pack).map(MemPack)));
+                }
+                match fetched.as_ref().map(|(_, f)| f) {
+                    Some(Ok(f)) => inner.read_chunk_in(f, id, row),
+                    Some(Err(e)) => Err(inner.remote_err(row.pack, std::io::Error::new(e.kind(), e.to_string()))),
+                    None => unreachable!("fetched above"),
+                }
+            } else {
+                // No backend, or a pack not uploaded yet (only the local copy exists).
+                inner.read_chunk(id)
+            };
+            match read {
                 Ok(raw) => report.bytes += raw.len() as u64,
                 Err(e) => {
                     let problem = match &e {
-                        Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
-                            format!("pack {} is missing", pack::pack_path(&inner.dir, row.pack).display())
+                        Error::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => {
+                            format!("pack {} is missing", path.display())
                         }
                         other => other.to_string(),
                     };
@@ -122,5 +137,20 @@ impl Store {
         report.damaged = damaged.into_values().collect();
         report.damaged.sort_by_key(|d| (d.pack, d.offset));
         Ok(report)
+    }
+}
+
+/// A pack read whole from a backend.
+struct MemPack(Vec<u8>);
+
+impl cairn_kv::RandomAccessFile for MemPack {
+    fn read_at(&self, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+        let start = usize::try_from(offset).map_err(|_| std::io::ErrorKind::UnexpectedEof)?;
+        let end = start.checked_add(len).filter(|&e| e <= self.0.len()).ok_or(std::io::ErrorKind::UnexpectedEof)?;
+        Ok(self.0[start..end].to_vec())
+    }
+
+    fn len(&self) -> u64 {
+        self.0.len() as u64
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests of `cairn-cas`.
 
 mod crash;
+mod remote;
 mod store;
 
 use std::sync::Arc;
