@@ -14,13 +14,17 @@ mod id;
 mod index;
 pub mod pack;
 mod reader;
+#[cfg(feature = "s3")]
+pub mod s3;
 mod store;
 mod verify;
 
-pub use backend::{Backend, LocalBackend, Remote};
+pub use backend::{Backend, LocalBackend, Remote, remote_from_env};
 pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use id::{HashAlgo, Hasher, Id};
 pub use reader::BlobReader;
+#[cfg(feature = "s3")]
+pub use s3::{S3Backend, S3Config};
 pub use store::{Batch, BlobInfo, Prepared, PutOutcome, Store, StoreConfig, StoreStats, Usage};
 pub use verify::{Damage, VerifyReport};

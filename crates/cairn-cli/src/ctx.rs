@@ -175,9 +175,11 @@ impl Ctx {
     }
 }
 
-/// Opens the blob store of a data directory.
+/// Opens the blob store of a data directory, with the S3 backend the environment names
+/// (`CAIRN_S3_BUCKET`, ...; see `cairn_cas::remote_from_env`), if any.
 pub fn open_store(data: &Path, db: Db) -> Result<Store> {
-    Ok(Store::open(db, Arc::new(FsStorage::new()), data.join("packs"), StoreConfig::default())?)
+    let remote = cairn_cas::remote_from_env().context("configuring the S3 backend")?;
+    Ok(Store::open_with_remote(db, Arc::new(FsStorage::new()), data.join("packs"), StoreConfig::default(), remote)?)
 }
 
 /// Opens every layer of a data directory, for the daemon.

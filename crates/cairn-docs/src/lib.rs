@@ -225,7 +225,15 @@ impl Memory {
     pub fn open(dir: impl AsRef<Path>) -> Result<Memory> {
         let dir = dir.as_ref();
         let db = Db::open(dir.join("kv"), Options::default())?;
-        let store = Store::open(db.clone(), Arc::new(FsStorage::new()), dir.join("packs"), StoreConfig::default())?;
+        let remote = cairn_cas::remote_from_env()
+            .map_err(|source| cairn_cas::Error::Io { path: "S3 backend configuration".into(), source })?;
+        let store = Store::open_with_remote(
+            db.clone(),
+            Arc::new(FsStorage::new()),
+            dir.join("packs"),
+            StoreConfig::default(),
+            remote,
+        )?;
         Memory::with_parts(db, store, dir.join("docs-index"))
     }
 
