@@ -45,7 +45,8 @@ pub struct S3Config {
 
 impl S3Config {
     /// A configuration for `bucket` with the defaults: AWS endpoint, region `us-east-1`, no
-    /// prefix, path-style addressing, 60 s per request, 10 retries within 5 minutes.
+    /// prefix, path-style addressing, 60 s per request, 20 retries within 5 minutes (with
+    /// backoff from 0.2 s up to 10 s between them, enough to ride out a server restart).
     pub fn new(bucket: impl Into<String>) -> S3Config {
         S3Config {
             endpoint: None,
@@ -54,7 +55,7 @@ impl S3Config {
             prefix: String::new(),
             path_style: true,
             timeout: Duration::from_secs(60),
-            max_retries: 10,
+            max_retries: 20,
             credentials: None,
             retry_timeout: Duration::from_secs(300),
         }
@@ -110,7 +111,7 @@ impl S3Backend {
             .with_client_options(ClientOptions::new().with_timeout(config.timeout).with_allow_http(true))
             .with_retry(RetryConfig {
                 backoff: BackoffConfig {
-                    init_backoff: Duration::from_millis(100),
+                    init_backoff: Duration::from_millis(200),
                     max_backoff: Duration::from_secs(10),
                     base: 2.0,
                 },
