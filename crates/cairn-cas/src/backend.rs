@@ -65,7 +65,7 @@ impl Backend for LocalBackend {
 
     fn upload(&self, no: u64, path: &Path) -> io::Result<()> {
         let data = self.storage.read_all(path)?;
-        let tmp = self.dir.join(format!("pack-{no:08}.upload"));
+        let tmp = self.dir.join(pack::pack_name(no, "upload"));
         let mut f = self.storage.create(&tmp)?;
         f.append(&data)?;
         f.sync()?;

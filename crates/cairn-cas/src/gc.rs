@@ -40,12 +40,7 @@ impl Store {
         let dir = &inner.dir;
         let mut w = inner.writer.lock();
         // Close the open pack; whatever it holds beyond committed entries is garbage.
-        if let Some(mut p) = w.pack.take() {
-            p.sync()?;
-            if inner.remote.is_some() {
-                w.sealed.push(p.no);
-            }
-        }
+        inner.close_pack(&mut w)?;
         inner.upload_sealed(&mut w)?;
         let mut rows: BTreeMap<u64, PackRow> = BTreeMap::new();
         for item in inner.db.prefix(index::PACK_PREFIX) {

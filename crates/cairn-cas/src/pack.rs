@@ -48,9 +48,14 @@ fn header() -> [u8; 16] {
     h
 }
 
+/// The file (or object) name of pack `no`, with `ext` (`pack`, or a temporary's extension).
+pub fn pack_name(no: u64, ext: &str) -> String {
+    format!("pack-{no:08}.{ext}")
+}
+
 /// The path of pack `no` in `dir`.
 pub fn pack_path(dir: &Path, no: u64) -> PathBuf {
-    dir.join(format!("pack-{no:08}.pack"))
+    dir.join(pack_name(no, "pack"))
 }
 
 /// Parses a pack file name back into its number.

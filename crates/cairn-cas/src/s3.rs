@@ -134,8 +134,7 @@ impl S3Backend {
     }
 
     fn key(&self, no: u64) -> ObjectPath {
-        let name = pack::pack_path(Path::new(""), no);
-        ObjectPath::from(format!("{}{}", self.config.prefix, name.display()))
+        ObjectPath::from(format!("{}{}", self.config.prefix, pack::pack_name(no, "pack")))
     }
 
     /// Runs `f` on this backend's runtime, also from a thread that is inside another runtime.

@@ -6,7 +6,7 @@
 //! names bytes that are not durable; a crash before the index write leaves unreferenced bytes
 //! in a pack, which garbage collection reclaims.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -167,11 +167,27 @@ pub(crate) struct WriterState {
 /// What the store knows of its backend's packs and its local copies of them.
 #[derive(Default)]
 pub(crate) struct RemoteState {
-    /// Packs the backend holds, with their sizes.
-    pub uploaded: HashMap<u64, u64>,
+    /// Packs the backend holds.
+    pub uploaded: HashSet<u64>,
     /// Local copies of uploaded packs (the read cache): size and last use.
     pub cached: HashMap<u64, (u64, u64)>,
-    pub clock: u64,
+    clock: u64,
+}
+
+impl RemoteState {
+    /// Counts a local copy of `no` of `size` bytes in the cache, as just used.
+    fn cache(&mut self, no: u64, size: u64) {
+        self.clock += 1;
+        self.cached.insert(no, (size, self.clock));
+    }
+
+    /// Marks the local copy of `no`, if cached, as just used.
+    fn touch(&mut self, no: u64) {
+        self.clock += 1;
+        if let Some(c) = self.cached.get_mut(&no) {
+            c.1 = self.clock;
+        }
+    }
 }
 
 pub(crate) struct Inner {
@@ -474,12 +490,7 @@ impl Inner {
 
     pub fn pack_file(&self, no: u64) -> Result<Arc<dyn RandomAccessFile>> {
         if self.remote.is_some() {
-            let mut rs = self.remote_state.lock();
-            rs.clock += 1;
-            let now = rs.clock;
-            if let Some(c) = rs.cached.get_mut(&no) {
-                c.1 = now;
-            }
+            self.remote_state.lock().touch(no);
         }
         if let Some(f) = self.readers.lock().get(&no) {
             return Ok(f.clone());
@@ -506,7 +517,7 @@ impl Inner {
 
     pub(crate) fn remote_err(&self, no: u64, e: std::io::Error) -> Error {
         let at = self.remote.as_ref().map_or_else(String::new, |r| r.backend.location());
-        Error::io(PathBuf::from(format!("{at}/pack-{no:08}.pack")), e)
+        Error::io(PathBuf::from(format!("{}/{}", at.trim_end_matches('/'), pack::pack_name(no, "pack"))), e)
     }
 
     /// Downloads uploaded pack `no` into the local cache and opens it.
@@ -514,19 +525,14 @@ impl Inner {
         let Some(r) = &self.remote else { unreachable!("checked by the caller") };
         let data = r.backend.download(no).map_err(|e| self.remote_err(no, e))?;
         let path = pack::pack_path(&self.dir, no);
-        let tmp = self.dir.join(format!("pack-{no:08}.download"));
+        let tmp = self.dir.join(pack::pack_name(no, "download"));
         let io = |e| Error::io(&tmp, e);
         let mut f = self.storage.create(&tmp).map_err(io)?;
         f.append(&data).map_err(io)?;
         f.sync().map_err(io)?;
         drop(f);
         self.storage.rename(&tmp, &path).map_err(io)?;
-        {
-            let mut rs = self.remote_state.lock();
-            rs.clock += 1;
-            let now = rs.clock;
-            rs.cached.insert(no, (data.len() as u64, now));
-        }
+        self.remote_state.lock().cache(no, data.len() as u64);
         self.evict_cached(Some(no));
         self.storage.open_read(&path).map_err(|e| Error::io(&path, e))
     }
@@ -556,10 +562,8 @@ impl Inner {
         r.backend.upload(no, &path).map_err(|e| self.remote_err(no, e))?;
         let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
         let mut rs = self.remote_state.lock();
-        rs.uploaded.insert(no, size);
-        rs.clock += 1;
-        let now = rs.clock;
-        rs.cached.insert(no, (size, now));
+        rs.uploaded.insert(no);
+        rs.cache(no, size);
         Ok(())
     }
 
@@ -573,15 +577,24 @@ impl Inner {
         Ok(())
     }
 
+    /// Closes the pack being written, if any: synced (with its directory entry), and with a
+    /// backend queued for upload. It stops taking appends; the next write starts a new pack.
+    pub(crate) fn close_pack(&self, w: &mut WriterState) -> Result<()> {
+        let Some(mut p) = w.pack.take() else { return Ok(()) };
+        p.sync()?;
+        if !w.pack_in_dir {
+            self.storage.sync_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        }
+        if self.remote.is_some() {
+            w.sealed.push(p.no);
+        }
+        Ok(())
+    }
+
     /// Seals the pack being written (its committed bytes are durable already) and uploads.
     pub(crate) fn seal_open_pack(&self) -> Result<()> {
         let mut w = self.writer.lock();
-        if let Some(mut p) = w.pack.take() {
-            p.sync()?;
-            if self.remote.is_some() {
-                w.sealed.push(p.no);
-            }
-        }
+        self.close_pack(&mut w)?;
         self.upload_sealed(&mut w)
     }
 
@@ -592,20 +605,17 @@ impl Inner {
         let Some(r) = &self.remote else { return Ok(()) };
         let listed = r.backend.list().map_err(|e| self.remote_err(0, e))?;
         let names = self.storage.list_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
-        {
-            let mut rs = self.remote_state.lock();
-            rs.uploaded = listed.into_iter().collect();
-        }
+        self.remote_state.lock().uploaded = listed.into_iter().map(|(no, _)| no).collect();
         for n in names.iter().filter(|n| n.ends_with(".download")) {
             // A download a crash interrupted.
             let _ = self.storage.remove_file(&self.dir.join(n));
         }
         for no in names.iter().filter_map(|n| pack::parse_pack_name(n)) {
-            let uploaded = self.remote_state.lock().uploaded.contains_key(&no);
+            let uploaded = self.remote_state.lock().uploaded.contains(&no);
             if uploaded {
                 let path = pack::pack_path(&self.dir, no);
                 let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
-                self.remote_state.lock().cached.insert(no, (size, 0));
+                self.remote_state.lock().cache(no, size);
             } else if self.db.get(index::pack_key(no))?.is_some() {
                 self.upload(no)?;
             }
@@ -687,16 +697,8 @@ impl Batch<'_> {
 
     /// The pack to append to, starting a new one when needed.
     fn writer(&mut self) -> Result<&mut PackWriter> {
-        let full = self.w.pack.as_ref().is_some_and(|p| p.len() >= self.inner.pack_target);
-        if full && let Some(mut p) = self.w.pack.take() {
-            p.sync()?;
-            if !self.w.pack_in_dir {
-                let dir = &self.inner.dir;
-                self.inner.storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
-            }
-            if self.inner.remote.is_some() {
-                self.w.sealed.push(p.no);
-            }
+        if self.w.pack.as_ref().is_some_and(|p| p.len() >= self.inner.pack_target) {
+            self.inner.close_pack(&mut self.w)?;
         }
         if self.w.pack.is_none() {
             let no = self.w.next_pack;

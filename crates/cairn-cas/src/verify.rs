@@ -71,7 +71,7 @@ impl Store {
         let mut fetched: Option<(u64, std::io::Result<MemPack>)> = None;
         for (id, row) in sorted {
             report.chunks += 1;
-            let uploaded = inner.remote.is_some() && inner.remote_state.lock().uploaded.contains_key(&row.pack);
+            let uploaded = inner.remote.is_some() && inner.remote_state.lock().uploaded.contains(&row.pack);
             let read = if let (true, Some(r)) = (uploaded, &inner.remote) {
                 if fetched.as_ref().is_none_or(|(no, _)| *no != row.pack) {
                     fetched = Some((row.pack, r.backend.download(row.pack).map(MemPack)));

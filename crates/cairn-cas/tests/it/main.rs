@@ -2,6 +2,8 @@
 
 mod crash;
 mod remote;
+#[cfg(feature = "s3")]
+mod s3;
 mod store;
 
 use std::sync::Arc;

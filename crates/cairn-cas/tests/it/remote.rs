@@ -3,6 +3,7 @@
 //! backend holds, verify rereading the backend, garbage collection of backend objects, and power
 //! cuts between a commit and its upload.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use cairn_cas::{Backend, Id, LocalBackend, Remote, Store};
@@ -17,7 +18,7 @@ fn try_open(storage: &MemStorage) -> Option<(Db, Store, Arc<LocalBackend>)> {
     let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).ok()?;
     let backend = Arc::new(LocalBackend::new(s.clone(), "/remote").ok()?);
     let remote = Remote { backend: backend.clone(), cache_bytes: CACHE };
-    let store = Store::open_with_remote(db.clone(), s, "/d/packs", config(), Some(remote)).ok()?;
+    let store = Store::open_with_remote(db.clone(), s, PACKS, config(), Some(remote)).ok()?;
     Some((db, store, backend))
 }
 
@@ -27,14 +28,20 @@ fn blob(i: u64) -> Vec<u8> {
     v
 }
 
+/// The store's local pack directory.
+const PACKS: &str = "/d/packs";
+
 fn local_pack_bytes(storage: &MemStorage) -> u64 {
-    storage
-        .list_dir(std::path::Path::new("/d/packs"))
-        .unwrap()
-        .iter()
-        .filter(|n| n.ends_with(".pack"))
-        .map(|n| storage.open_read(&std::path::Path::new("/d/packs").join(n)).unwrap().len())
-        .sum()
+    let dir = Path::new(PACKS);
+    let names = storage.list_dir(dir).unwrap();
+    names.iter().filter(|n| n.ends_with(".pack")).map(|n| storage.open_read(&dir.join(n)).unwrap().len()).sum()
+}
+
+/// Writes `bytes` as the synced file `path`.
+fn write_file(storage: &MemStorage, path: &Path, bytes: &[u8]) {
+    let mut f = storage.create(path).unwrap();
+    f.append(bytes).unwrap();
+    f.sync().unwrap();
 }
 
 #[test]
@@ -55,8 +62,8 @@ fn packs_go_to_the_backend_and_the_local_cache_keeps_its_budget() {
     assert!(v.is_ok(), "{v:?}");
     drop((store, _db));
     // A new process with an empty cache reads everything from the backend.
-    for n in storage.list_dir(std::path::Path::new("/d/packs")).unwrap() {
-        storage.remove_file(&std::path::Path::new("/d/packs").join(n)).unwrap();
+    for n in storage.list_dir(Path::new(PACKS)).unwrap() {
+        storage.remove_file(&Path::new(PACKS).join(n)).unwrap();
     }
     let (_db, store, _) = try_open(&storage).unwrap();
     for (i, id) in ids.iter().enumerate().rev() {
@@ -72,25 +79,19 @@ fn verify_rereads_the_backend_and_gc_deletes_its_garbage() {
     store.seal().unwrap();
     // Damage the backend's copy of the first pack; the local cached copy stays intact.
     let (first, _) = backend.list().unwrap()[0];
-    let path = std::path::PathBuf::from(format!("/remote/pack-{first:08}.pack"));
+    let path = cairn_cas::pack::pack_path(Path::new("/remote"), first);
     let mut bytes = storage.read_all(&path).unwrap();
     let at = bytes.len() / 2;
     bytes[at] ^= 0x55;
     backend.delete(first).unwrap();
-    let tmp = std::path::Path::new("/d/damaged");
-    let mut f = storage.create(tmp).unwrap();
-    f.append(&bytes).unwrap();
-    f.sync().unwrap();
-    drop(f);
+    let tmp = Path::new("/d/damaged");
+    write_file(&storage, tmp, &bytes);
     backend.upload(first, tmp).unwrap();
     let v = store.verify().unwrap();
     assert!(!v.is_ok() && v.damaged.iter().all(|d| d.pack == first), "{v:?}");
     // Repair (upload the undamaged bytes), then collect: half the blobs go away.
     bytes[at] ^= 0x55;
-    let mut f = storage.create(tmp).unwrap();
-    f.append(&bytes).unwrap();
-    f.sync().unwrap();
-    drop(f);
+    write_file(&storage, tmp, &bytes);
     backend.upload(first, tmp).unwrap();
     assert!(store.verify().unwrap().is_ok());
     for id in ids.iter().step_by(2) {

@@ -3,7 +3,6 @@
 //! installs it with `go install github.com/minio/minio@latest` into `target/tools` (about three
 //! minutes, once). Each test starts its own server on a free port with a temporary data
 //! directory and stops it at the end.
-#![cfg(feature = "s3")]
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -13,6 +12,8 @@ use std::time::{Duration, Instant};
 
 use cairn_cas::{Backend, Id, Remote, S3Backend, S3Config, Store, StoreConfig};
 use cairn_kv::{Db, FsStorage, Options};
+
+use crate::noise;
 
 const USER: &str = "cairnadmin";
 const SECRET: &str = "cairn-secret-123";
@@ -120,18 +121,6 @@ impl Drop for Minio {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn blob(i: u64) -> Vec<u8> {
