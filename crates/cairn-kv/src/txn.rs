@@ -53,7 +53,7 @@ impl Transaction {
         if let Some(w) = self.writes.get(key) {
             return Ok(w.clone());
         }
-        self.tracked.insert(key.to_vec());
+        self.track(key);
         self.snapshot.get(key)
     }
 

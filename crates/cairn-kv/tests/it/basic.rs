@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use cairn_kv::{Db, Error, MAX_KEY_LEN, MAX_VALUE_LEN, MemStorage, Options, WriteBatch, WriteOptions};
 
-use crate::{mem_db, reopen};
+use crate::{mem_db, noise, reopen};
 
 #[test]
 fn put_get_delete() {
@@ -207,26 +207,11 @@ fn write_then_read_all(prepopulate: bool) -> (u64, cairn_kv::Stats) {
     let opts =
         Options { block_cache_bytes: 16 << 20, prepopulate_block_cache: prepopulate, ..Options::small_for_tests() };
     let db = Db::open_with_storage("/db", opts, Arc::new(MemStorage::new())).unwrap();
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for round in 0..3 {
+    for round in 0..3u64 {
         for i in 0..1000u32 {
-            let value: Vec<u8> = (0..300)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            db.write_opt(
-                {
-                    let mut b = WriteBatch::new();
-                    b.put(format!("{i:08}"), &value).unwrap();
-                    b
-                },
-                WriteOptions::no_sync(),
-            )
-            .unwrap();
+            let mut b = WriteBatch::new();
+            b.put(format!("{i:08}"), noise(round * 1000 + u64::from(i), 300)).unwrap();
+            db.write_opt(b, WriteOptions::no_sync()).unwrap();
         }
         if round == 1 {
             db.wait_for_compactions().unwrap();

@@ -2,6 +2,8 @@ use std::sync::Arc;
 
 use cairn_kv::{Db, MemStorage, Options, WriteBatch, WriteOptions};
 
+use crate::noise;
+
 /// Writes keys `0..n` in a scattered order (so every flush overlaps the previous ones) with
 /// incompressible values of `value_len` bytes.
 fn load(db: &Db, n: u32, value_len: usize) {
@@ -9,16 +11,7 @@ fn load(db: &Db, n: u32, value_len: usize) {
         let mut b = WriteBatch::new();
         for &i in chunk {
             let k = (u64::from(i) * 2_654_435_761) % u64::from(n);
-            let mut x = k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-            let value: Vec<u8> = (0..value_len)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
-            b.put(format!("key{k:08}"), &value).unwrap();
+            b.put(format!("key{k:08}"), noise(k, value_len)).unwrap();
         }
         db.write_opt(b, WriteOptions::no_sync()).unwrap();
     }
