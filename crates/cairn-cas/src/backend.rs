@@ -117,28 +117,3 @@ impl Remote {
         Remote { backend, cache_bytes: 1 << 30 }
     }
 }
-
-/// The backend the environment configures, for the command-line tools and the daemon:
-/// `CAIRN_S3_BUCKET` and the other variables of [`S3Config::from_env`](crate::S3Config::from_env),
-/// with `CAIRN_PACK_CACHE_MB` as the local cache budget (default 1024). `None` when no bucket
-/// is named.
-pub fn remote_from_env() -> io::Result<Option<Remote>> {
-    #[cfg(feature = "s3")]
-    {
-        let Some(config) = crate::S3Config::from_env() else { return Ok(None) };
-        let mut remote = Remote::new(Arc::new(crate::S3Backend::new(config)?));
-        if let Ok(mb) = std::env::var("CAIRN_PACK_CACHE_MB") {
-            let mb: u64 =
-                mb.parse().map_err(|_| io::Error::other(format!("CAIRN_PACK_CACHE_MB={mb} is not a number")))?;
-            remote.cache_bytes = mb << 20;
-        }
-        Ok(Some(remote))
-    }
-    #[cfg(not(feature = "s3"))]
-    {
-        if std::env::var_os("CAIRN_S3_BUCKET").is_some() {
-            return Err(io::Error::other("CAIRN_S3_BUCKET is set but this build has no S3 support"));
-        }
-        Ok(None)
-    }
-}

@@ -23,6 +23,15 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// The backend holding sealed packs (S3, another directory) failed, after its retries.
+    #[error("backend error on {object}: {source}")]
+    Backend {
+        /// The backend object (`s3://bucket/prefix/pack-00000004.pack`), or the backend itself.
+        object: String,
+        /// The underlying error (`NotFound` when the object does not exist).
+        #[source]
+        source: std::io::Error,
+    },
     /// Reading the content being stored failed.
     #[error("reading the content to store failed: {0}")]
     Source(#[source] std::io::Error),

@@ -41,6 +41,7 @@ impl Store {
         let mut w = inner.writer.lock();
         // Close the open pack; whatever it holds beyond committed entries is garbage.
         inner.close_pack(&mut w)?;
+        inner.ensure_reconciled(&w)?;
         inner.upload_sealed(&mut w)?;
         let mut rows: BTreeMap<u64, PackRow> = BTreeMap::new();
         for item in inner.db.prefix(index::PACK_PREFIX) {
@@ -66,10 +67,10 @@ impl Store {
         if let Some(r) = &inner.remote {
             // Objects no row names: a crash between an upload and the index switch, or
             // between the switch and the deletion of the old packs.
-            let listed = r.backend.list().map_err(|e| inner.remote_err(0, e))?;
+            let listed = r.backend.list().map_err(|e| inner.remote_err(None, e))?;
             for (no, _) in listed {
                 if !rows.contains_key(&no) {
-                    r.backend.delete(no).map_err(|e| inner.remote_err(no, e))?;
+                    r.backend.delete(no).map_err(|e| inner.remote_err(Some(no), e))?;
                     inner.forget_remote(no);
                     orphans.insert(no);
                 }
@@ -151,7 +152,7 @@ impl Store {
                 r => r.map_err(|e| Error::io(&path, e))?,
             }
             if let Some(r) = &inner.remote {
-                r.backend.delete(*no).map_err(|e| inner.remote_err(*no, e))?;
+                r.backend.delete(*no).map_err(|e| inner.remote_err(Some(*no), e))?;
                 inner.forget_remote(*no);
             }
         }

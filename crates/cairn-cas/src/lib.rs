@@ -8,6 +8,7 @@
 //! Formats: `docs/format/cas.md`.
 
 pub mod backend;
+pub mod config;
 mod error;
 mod gc;
 mod id;
@@ -19,7 +20,7 @@ pub mod s3;
 mod store;
 mod verify;
 
-pub use backend::{Backend, LocalBackend, Remote, remote_from_env};
+pub use backend::{Backend, LocalBackend, Remote};
 pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use id::{HashAlgo, Hasher, Id};

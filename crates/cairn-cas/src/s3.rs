@@ -60,21 +60,6 @@ impl S3Config {
             retry_timeout: Duration::from_secs(300),
         }
     }
-
-    /// The configuration in the environment: `CAIRN_S3_BUCKET` (required), `CAIRN_S3_ENDPOINT`,
-    /// `CAIRN_S3_REGION` (else `AWS_REGION`), `CAIRN_S3_PREFIX`, `CAIRN_S3_PATH_STYLE` (`0` for
-    /// virtual-hosted addressing). `None` without a bucket.
-    pub fn from_env() -> Option<S3Config> {
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let mut c = S3Config::new(var("CAIRN_S3_BUCKET")?);
-        c.endpoint = var("CAIRN_S3_ENDPOINT");
-        if let Some(r) = var("CAIRN_S3_REGION").or_else(|| var("AWS_REGION")) {
-            c.region = r;
-        }
-        c.prefix = var("CAIRN_S3_PREFIX").unwrap_or_default();
-        c.path_style = var("CAIRN_S3_PATH_STYLE").is_none_or(|v| v != "0");
-        Some(c)
-    }
 }
 
 /// Packs in an S3 bucket.

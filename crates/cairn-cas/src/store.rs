@@ -172,6 +172,9 @@ pub(crate) struct RemoteState {
     /// Local copies of uploaded packs (the read cache): size and last use.
     pub cached: HashMap<u64, (u64, u64)>,
     clock: u64,
+    /// `uploaded` is known (the backend was listed) and what a crash left local is uploaded.
+    /// Until then no local copy counts as uploaded, so none is evicted.
+    reconciled: bool,
 }
 
 impl RemoteState {
@@ -199,6 +202,8 @@ pub(crate) struct Inner {
     pub zstd_level: i32,
     pub writer: Mutex<WriterState>,
     readers: Mutex<HashMap<u64, Arc<dyn RandomAccessFile>>>,
+    /// One lock per pack being downloaded, so that readers needing it wait for one download.
+    fetching: Mutex<HashMap<u64, Arc<Mutex<()>>>>,
     pub remote: Option<Remote>,
     pub remote_state: Mutex<RemoteState>,
 }
@@ -272,11 +277,21 @@ impl Store {
                 sealed: Vec::new(),
             }),
             readers: Mutex::new(HashMap::new()),
+            fetching: Mutex::new(HashMap::new()),
             remote,
             remote_state: Mutex::new(RemoteState::default()),
         };
         if inner.remote.is_some() {
-            inner.reconcile()?;
+            inner.remove_interrupted_downloads()?;
+            let w = inner.writer.lock();
+            let reconciled = inner.reconcile(&w);
+            drop(w);
+            match reconciled {
+                // An unreachable backend does not stop the store from opening: everything local
+                // stays readable, and the next upload, `verify` or `gc` reconciles first.
+                Ok(()) | Err(Error::Backend { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
         Ok(Store { inner: Arc::new(inner) })
     }
@@ -497,7 +512,26 @@ impl Inner {
         }
         let path = pack::pack_path(&self.dir, no);
         let f = match self.storage.open_read(&path) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.remote.is_some() => self.fetch_pack(no)?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.remote.is_some() => {
+                // One download per pack: readers that need it meanwhile wait, then find it.
+                let lock = self.fetching.lock().entry(no).or_default().clone();
+                let _fetching = lock.lock();
+                let found = self.readers.lock().get(&no).cloned();
+                let f = match found {
+                    Some(f) => f,
+                    None => match self.storage.open_read(&path) {
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => self.fetch_pack(no),
+                        r => r.map_err(|e| Error::io(&path, e)),
+                    }?,
+                };
+                // The last one out removes the lock (clones are only taken under the map's
+                // lock, so no one else holds or waits for it then).
+                let mut fetching = self.fetching.lock();
+                if Arc::strong_count(&lock) == 2 {
+                    fetching.remove(&no);
+                }
+                f
+            }
             r => r.map_err(|e| Error::io(&path, e))?,
         };
         self.readers.lock().insert(no, f.clone());
@@ -515,15 +549,20 @@ impl Inner {
         rs.cached.remove(&no);
     }
 
-    pub(crate) fn remote_err(&self, no: u64, e: std::io::Error) -> Error {
+    /// A backend failure on pack `no` (`None`: on the backend as a whole, e.g. listing).
+    pub(crate) fn remote_err(&self, no: Option<u64>, source: std::io::Error) -> Error {
         let at = self.remote.as_ref().map_or_else(String::new, |r| r.backend.location());
-        Error::io(PathBuf::from(format!("{}/{}", at.trim_end_matches('/'), pack::pack_name(no, "pack"))), e)
+        let object = match no {
+            Some(no) => format!("{}/{}", at.trim_end_matches('/'), pack::pack_name(no, "pack")),
+            None => at,
+        };
+        Error::Backend { object, source }
     }
 
     /// Downloads uploaded pack `no` into the local cache and opens it.
     fn fetch_pack(&self, no: u64) -> Result<Arc<dyn RandomAccessFile>> {
         let Some(r) = &self.remote else { unreachable!("checked by the caller") };
-        let data = r.backend.download(no).map_err(|e| self.remote_err(no, e))?;
+        let data = r.backend.download(no).map_err(|e| self.remote_err(Some(no), e))?;
         let path = pack::pack_path(&self.dir, no);
         let tmp = self.dir.join(pack::pack_name(no, "download"));
         let io = |e| Error::io(&tmp, e);
@@ -532,9 +571,11 @@ impl Inner {
         f.sync().map_err(io)?;
         drop(f);
         self.storage.rename(&tmp, &path).map_err(io)?;
+        // Opened before it is counted in the cache, where another reader's eviction may drop it.
+        let f = self.storage.open_read(&path).map_err(|e| Error::io(&path, e))?;
         self.remote_state.lock().cache(no, data.len() as u64);
         self.evict_cached(Some(no));
-        self.storage.open_read(&path).map_err(|e| Error::io(&path, e))
+        Ok(f)
     }
 
     /// Drops least recently used local copies of uploaded packs until they fit the cache
@@ -559,7 +600,7 @@ impl Inner {
     fn upload(&self, no: u64) -> Result<()> {
         let Some(r) = &self.remote else { return Ok(()) };
         let path = pack::pack_path(&self.dir, no);
-        r.backend.upload(no, &path).map_err(|e| self.remote_err(no, e))?;
+        r.backend.upload(no, &path).map_err(|e| self.remote_err(Some(no), e))?;
         let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
         let mut rs = self.remote_state.lock();
         rs.uploaded.insert(no);
@@ -569,6 +610,9 @@ impl Inner {
 
     /// Uploads the sealed packs of `w` (after a commit).
     pub(crate) fn upload_sealed(&self, w: &mut WriterState) -> Result<()> {
+        if !w.sealed.is_empty() {
+            self.ensure_reconciled(w)?;
+        }
         while let Some(&no) = w.sealed.first() {
             self.upload(no)?;
             w.sealed.remove(0);
@@ -601,16 +645,18 @@ impl Inner {
     /// At open with a backend: learns which packs it holds, uploads the local packs the index
     /// names that it lacks (a crash came before their upload), and counts the other local
     /// copies as cached.
-    fn reconcile(&self) -> Result<()> {
+    /// Lists the backend, uploads the sealed local packs the index names that it lacks (a crash
+    /// came between their commit and upload), and counts the local copies of uploaded packs in
+    /// the cache. `w` (the caller holds the writer) names the open pack, which is never uploaded,
+    /// and the packs sealed in this session, which [`Inner::upload_sealed`] uploads.
+    fn reconcile(&self, w: &WriterState) -> Result<()> {
         let Some(r) = &self.remote else { return Ok(()) };
-        let listed = r.backend.list().map_err(|e| self.remote_err(0, e))?;
+        let open = w.pack.as_ref().map(|p| p.no);
+        let skip = |no: &u64| Some(*no) == open || w.sealed.contains(no);
+        let listed = r.backend.list().map_err(|e| self.remote_err(None, e))?;
         let names = self.storage.list_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         self.remote_state.lock().uploaded = listed.into_iter().map(|(no, _)| no).collect();
-        for n in names.iter().filter(|n| n.ends_with(".download")) {
-            // A download a crash interrupted.
-            let _ = self.storage.remove_file(&self.dir.join(n));
-        }
-        for no in names.iter().filter_map(|n| pack::parse_pack_name(n)) {
+        for no in names.iter().filter_map(|n| pack::parse_pack_name(n)).filter(|no| !skip(no)) {
             let uploaded = self.remote_state.lock().uploaded.contains(&no);
             if uploaded {
                 let path = pack::pack_path(&self.dir, no);
@@ -620,7 +666,27 @@ impl Inner {
                 self.upload(no)?;
             }
         }
+        self.remote_state.lock().reconciled = true;
         self.evict_cached(None);
+        Ok(())
+    }
+
+    /// Reconciles with the backend if that has not succeeded yet (the store was opened while
+    /// the backend was unreachable).
+    pub(crate) fn ensure_reconciled(&self, w: &WriterState) -> Result<()> {
+        if self.remote.is_some() && !self.remote_state.lock().reconciled {
+            self.reconcile(w)?;
+        }
+        Ok(())
+    }
+
+    /// Removes the temporary files of downloads a crash interrupted.
+    fn remove_interrupted_downloads(&self) -> Result<()> {
+        let names = self.storage.list_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        for n in names.iter().filter(|n| n.ends_with(".download")) {
+            let path = self.dir.join(n);
+            self.storage.remove_file(&path).map_err(|e| Error::io(&path, e))?;
+        }
         Ok(())
     }
 

@@ -56,6 +56,8 @@ impl Store {
     /// failures to read the index itself.
     pub fn verify(&self) -> Result<VerifyReport> {
         let inner = &self.inner;
+        // Uploaded packs are reread from the backend, so it must be known which they are.
+        inner.ensure_reconciled(&inner.writer.lock())?;
         let mut report = VerifyReport::default();
         let mut rows: HashMap<Id, ChunkRow> = HashMap::new();
         for item in inner.db.prefix(index::CHUNK_PREFIX) {
@@ -78,7 +80,7 @@ impl Store {
                 }
                 match fetched.as_ref().map(|(_, f)| f) {
                     Some(Ok(f)) => inner.read_chunk_in(f, id, row),
-                    Some(Err(e)) => Err(inner.remote_err(row.pack, std::io::Error::new(e.kind(), e.to_string()))),
+                    Some(Err(e)) => Err(inner.remote_err(Some(row.pack), std::io::Error::new(e.kind(), e.to_string()))),
                     None => unreachable!("fetched above"),
                 }
             } else {
@@ -87,11 +89,14 @@ impl Store {
             };
             match read {
                 Ok(raw) => report.bytes += raw.len() as u64,
+                // An unreachable backend says nothing about the data: the check fails instead.
+                Err(e @ Error::Backend { .. }) if !is_not_found(&e) => return Err(e),
                 Err(e) => {
                     let problem = match &e {
                         Error::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => {
                             format!("pack {} is missing", path.display())
                         }
+                        Error::Backend { object, .. } => format!("pack {object} is missing from the backend"),
                         other => other.to_string(),
                     };
                     damaged.insert(
@@ -153,4 +158,8 @@ impl cairn_kv::RandomAccessFile for MemPack {
     fn len(&self) -> u64 {
         self.0.len() as u64
     }
+}
+
+fn is_not_found(e: &Error) -> bool {
+    matches!(e, Error::Backend { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
 }

@@ -6,7 +6,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use cairn_cas::{Store, StoreConfig};
+use cairn_cas::Store;
 use cairn_docs::Memory;
 use cairn_kv::{Db, FsStorage, Options};
 use cairn_server::Services;
@@ -156,7 +156,8 @@ impl Ctx {
         out
     }
 
-    /// Ends an embedded command: commits the index if the memory was opened, closes the engine.
+    /// Ends an embedded command: commits the index if the memory was opened, uploads the pack
+    /// being written when packs live in a backend, closes the engine.
     pub fn finish(self) -> Result<()> {
         if let Layers::Lazy { db, store, memory, trees, tables } = self.layers {
             if let Some(m) = memory {
@@ -166,20 +167,33 @@ impl Ctx {
             if let Some(t) = tables {
                 t.close();
             }
+            // What the command committed is durable locally; a failed upload is reported (the
+            // pack stays in the local directory and the next command that opens the store
+            // uploads it).
+            let uploaded = match &store {
+                Some(s) if s.remote_location().is_some() => s.seal().with_context(|| {
+                    format!(
+                        "uploading to {} (the data is committed locally; the next command retries the upload)",
+                        s.remote_location().unwrap_or_default()
+                    )
+                }),
+                _ => Ok(()),
+            };
             drop((trees, store));
             if let Some(db) = db {
                 db.close()?;
             }
+            uploaded?;
         }
         Ok(())
     }
 }
 
-/// Opens the blob store of a data directory, with the S3 backend the environment names
-/// (`CAIRN_S3_BUCKET`, ...; see `cairn_cas::remote_from_env`), if any.
+/// Opens the blob store of a data directory, with the pack backend its `cairn.toml` or the
+/// environment configures (`[s3]`, `CAIRN_S3_BUCKET`, ...; see `cairn_cas::config`), if any.
 pub fn open_store(data: &Path, db: Db) -> Result<Store> {
-    let remote = cairn_cas::remote_from_env().context("configuring the S3 backend")?;
-    Ok(Store::open_with_remote(db, Arc::new(FsStorage::new()), data.join("packs"), StoreConfig::default(), remote)?)
+    let (config, remote) = cairn_cas::config::load(data).context("configuring the blob store")?;
+    Ok(Store::open_with_remote(db, Arc::new(FsStorage::new()), data.join("packs"), config, remote)?)
 }
 
 /// Opens every layer of a data directory, for the daemon.

@@ -183,10 +183,27 @@ pub(crate) fn exit_status(result: anyhow::Result<()>, err: &mut dyn Write) -> u8
         Err(e) if is_broken_pipe(&e) => 0,
         Err(e) if e.downcast_ref::<docs::NoMatch>().is_some() => 1,
         Err(e) => {
-            let _ = writeln!(err, "cairn: {e:#}");
+            let _ = writeln!(err, "cairn: {}", message(&e));
             1
         }
     }
+}
+
+/// The error and its causes, `: `-separated, leaving out a cause whose text the message so
+/// far already ends with (error types that print their source as well as returning it).
+fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.ends_with(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn report(result: anyhow::Result<()>) -> ExitCode {
@@ -195,4 +212,17 @@ fn report(result: anyhow::Result<()>) -> ExitCode {
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
     e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn error_messages_name_each_cause_once() {
+        let source = std::io::Error::other("connection refused");
+        let e = cairn_cas::Error::Backend { object: "s3://b/pack-00000001.pack".into(), source };
+        let e = anyhow::Error::from(e).context("uploading");
+        assert_eq!(super::message(&e), "uploading: backend error on s3://b/pack-00000001.pack: connection refused");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(super::message(&e), "outer: inner");
+    }
 }

@@ -25,34 +25,31 @@ pub struct ServeArgs {
     workers: Option<usize>,
 }
 
-/// The bearer token for TCP and HTTP: `CAIRN_TOKEN`, else `token` in `<dir>/cairn.toml`
-/// (a line `token = "..."`, optionally under `[server]`).
+/// The bearer token for TCP and HTTP: `CAIRN_TOKEN`, else `token` in `<dir>/cairn.toml` (at
+/// the top level or under `[server]`).
 pub fn token(data: &Path) -> Result<Option<String>> {
     if let Ok(t) = std::env::var("CAIRN_TOKEN")
         && !t.is_empty()
     {
         return Ok(Some(t));
     }
-    let path = data.join("cairn.toml");
+    let path = data.join(cairn_cas::config::CONFIG_FILE);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
     };
-    for line in text.lines() {
-        let line = line.trim();
-        if let Some(rest) = line.strip_prefix("token")
-            && let Some(v) = rest.trim_start().strip_prefix('=')
-        {
-            let v = v.trim();
-            let v = v
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .with_context(|| format!("{}: token must be a quoted string", path.display()))?;
-            return Ok(Some(v.to_string()));
-        }
+    token_in(&text).with_context(|| path.display().to_string())
+}
+
+fn token_in(text: &str) -> Result<Option<String>> {
+    let table: toml::Table = toml::from_str(text)?;
+    let server = table.get("server").and_then(|s| s.as_table());
+    match server.and_then(|s| s.get("token")).or_else(|| table.get("token")) {
+        None => Ok(None),
+        Some(toml::Value::String(t)) if !t.is_empty() => Ok(Some(t.clone())),
+        Some(_) => anyhow::bail!("token must be a non-empty string"),
     }
-    Ok(None)
 }
 
 struct Runner {
@@ -92,4 +89,19 @@ pub fn run(data: &Path, args: ServeArgs) -> Result<()> {
     db.close()?;
     eprintln!("cairn: stopped");
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::token_in;
+
+    #[test]
+    fn token_from_the_config_file() {
+        assert_eq!(token_in("token = \"a\"\n[s3]\nbucket = \"b\"\n").unwrap().as_deref(), Some("a"));
+        assert_eq!(token_in("[server]\ntoken = \"b\"\n").unwrap().as_deref(), Some("b"));
+        assert_eq!(token_in("[s3]\nbucket = \"b\"\n").unwrap(), None);
+        assert!(token_in("token = 5\n").unwrap_err().to_string().contains("token"));
+        assert!(token_in("token = \"\"\n").is_err());
+        assert!(token_in("token = \"a\n").is_err());
+    }
 }

@@ -21,7 +21,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_cas::{BlobReader, Id, Prepared, Store, StoreConfig};
+use cairn_cas::{BlobReader, Id, Prepared, Store};
 use cairn_kv::{Db, FsStorage, Options, WriteBatch, WriteOptions};
 use parking_lot::Mutex;
 use rayon::prelude::*;
@@ -221,19 +221,14 @@ struct Staged {
 
 impl Memory {
     /// Opens (or creates) the memory in data directory `dir`: the engine in `dir/kv`, packs in
-    /// `dir/packs`, the full-text index in `dir/docs-index`.
+    /// `dir/packs` (sealed packs in the backend `dir/cairn.toml` or the environment configures,
+    /// see [`cairn_cas::config`]), the full-text index in `dir/docs-index`.
     pub fn open(dir: impl AsRef<Path>) -> Result<Memory> {
         let dir = dir.as_ref();
         let db = Db::open(dir.join("kv"), Options::default())?;
-        let remote = cairn_cas::remote_from_env()
-            .map_err(|source| cairn_cas::Error::Io { path: "S3 backend configuration".into(), source })?;
-        let store = Store::open_with_remote(
-            db.clone(),
-            Arc::new(FsStorage::new()),
-            dir.join("packs"),
-            StoreConfig::default(),
-            remote,
-        )?;
+        let (config, remote) = cairn_cas::config::load(dir)
+            .map_err(|source| cairn_cas::Error::Io { path: dir.join(cairn_cas::config::CONFIG_FILE), source })?;
+        let store = Store::open_with_remote(db.clone(), Arc::new(FsStorage::new()), dir.join("packs"), config, remote)?;
         Memory::with_parts(db, store, dir.join("docs-index"))
     }
 

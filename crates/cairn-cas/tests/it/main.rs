@@ -1,6 +1,9 @@
 //! Integration tests of `cairn-cas`.
 
 mod crash;
+#[cfg(feature = "s3")]
+#[path = "../support/minio.rs"]
+mod minio;
 mod remote;
 #[cfg(feature = "s3")]
 mod s3;

@@ -3,10 +3,12 @@
 //! backend holds, verify rereading the backend, garbage collection of backend objects, and power
 //! cuts between a commit and its upload.
 
+use std::io;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use cairn_cas::{Backend, Id, LocalBackend, Remote, Store};
+use cairn_cas::{Backend, Error, Id, LocalBackend, Remote, Store};
 use cairn_kv::{Db, MemStorage, Options, Storage};
 
 use crate::{config, noise};
@@ -149,5 +151,145 @@ fn power_cuts_between_commits_and_uploads_lose_nothing() {
         let v = store.verify().unwrap();
         assert!(v.is_ok(), "cut {cut}: {v:?}");
         cut += stride;
+    }
+}
+
+#[test]
+fn parallel_readers_of_a_cold_cache_download_each_pack_once() {
+    let storage = MemStorage::new();
+    let (_db, store, _) = try_open(&storage).unwrap();
+    let ids: Vec<Id> = (0..40).map(|i| store.put(&blob(i)).unwrap().id).collect();
+    store.seal().unwrap();
+    drop((store, _db));
+    for n in storage.list_dir(Path::new(PACKS)).unwrap() {
+        storage.remove_file(&Path::new(PACKS).join(n)).unwrap();
+    }
+    let (_db, store, _) = try_open(&storage).unwrap();
+    // Four readers start on the same packs at once (the cache holds only two of them).
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            let (store, ids) = (&store, &ids);
+            s.spawn(move || {
+                for round in 0..3 {
+                    for (i, id) in ids.iter().enumerate().skip((t * round) % 7) {
+                        assert_eq!(store.get(id).unwrap(), blob(i as u64), "reader {t}, blob {i}");
+                    }
+                }
+            });
+        }
+    });
+    assert!(store.verify().unwrap().is_ok());
+}
+
+/// A backend that can be switched off: every call fails as a refused connection.
+#[derive(Debug)]
+struct Switchable {
+    inner: Arc<LocalBackend>,
+    down: AtomicBool,
+}
+
+impl Switchable {
+    fn check(&self) -> io::Result<()> {
+        match self.down.load(Ordering::SeqCst) {
+            true => Err(io::Error::new(io::ErrorKind::ConnectionRefused, "backend down")),
+            false => Ok(()),
+        }
+    }
+}
+
+impl Backend for Switchable {
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn upload(&self, no: u64, path: &Path) -> io::Result<()> {
+        self.check()?;
+        self.inner.upload(no, path)
+    }
+    fn download(&self, no: u64) -> io::Result<Vec<u8>> {
+        self.check()?;
+        self.inner.download(no)
+    }
+    fn read_at(&self, no: u64, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        self.check()?;
+        self.inner.read_at(no, offset, len)
+    }
+    fn list(&self) -> io::Result<Vec<(u64, u64)>> {
+        self.check()?;
+        self.inner.list()
+    }
+    fn delete(&self, no: u64) -> io::Result<()> {
+        self.check()?;
+        self.inner.delete(no)
+    }
+}
+
+#[test]
+fn an_unreachable_backend_leaves_local_data_usable_and_loses_nothing() {
+    let storage = MemStorage::new();
+    let s: Arc<dyn Storage> = Arc::new(storage.clone());
+    let backend = Arc::new(Switchable {
+        inner: Arc::new(LocalBackend::new(s.clone(), "/remote").unwrap()),
+        down: AtomicBool::new(false),
+    });
+    let open = || {
+        let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).unwrap();
+        let remote = Remote { backend: backend.clone(), cache_bytes: CACHE };
+        (db.clone(), Store::open_with_remote(db, s.clone(), PACKS, config(), Some(remote)).unwrap())
+    };
+    let (db, store) = open();
+    let ids: Vec<Id> = (0..30).map(|i| store.put(&blob(i)).unwrap().id).collect();
+    store.seal().unwrap();
+    drop((store, db));
+
+    // Opening while the backend is down succeeds; cached packs read, others fail clearly.
+    backend.down.store(true, Ordering::SeqCst);
+    let (db, store) = open();
+    let (mut read, mut failed) = (0, 0);
+    for (i, id) in ids.iter().enumerate() {
+        match store.get(id) {
+            Ok(b) => {
+                assert_eq!(b, blob(i as u64));
+                read += 1;
+            }
+            Err(e) => {
+                assert!(matches!(e, Error::Backend { .. }) && e.to_string().contains("backend down"), "{e}");
+                failed += 1;
+            }
+        }
+    }
+    assert!(read > 0 && failed > 0, "{read} read from the cache, {failed} needed the backend");
+    // verify cannot reread the backend: an error, not a report of damage.
+    assert!(matches!(store.verify(), Err(Error::Backend { .. })));
+    assert!(matches!(store.gc(1.0), Err(Error::Backend { .. })));
+    // Writes commit locally. A put whose commit fills a pack says that the upload failed; its
+    // blob is stored all the same, and the upload is retried later.
+    let mut more = Vec::new();
+    for i in 30..45 {
+        let id = match store.put(&blob(i)) {
+            Ok(o) => o.id,
+            Err(e) => {
+                assert!(matches!(e, Error::Backend { .. }), "{e}");
+                cairn_cas::HashAlgo::Blake3.hash(&blob(i))
+            }
+        };
+        assert!(store.contains(&id).unwrap(), "blob {i} is committed");
+        more.push(id);
+    }
+    let e = store.seal().unwrap_err();
+    assert!(matches!(e, Error::Backend { .. }), "{e}");
+
+    // Back up: the next seal reconciles and uploads everything.
+    backend.down.store(false, Ordering::SeqCst);
+    store.seal().unwrap();
+    let stats = store.stats().unwrap();
+    assert_eq!(backend.list().unwrap().len() as u64, stats.packs);
+    assert!(store.verify().unwrap().is_ok());
+    drop((store, db));
+    for n in storage.list_dir(Path::new(PACKS)).unwrap() {
+        storage.remove_file(&Path::new(PACKS).join(n)).unwrap();
+    }
+    let (_db, store) = open();
+    for (i, id) in ids.iter().chain(&more).enumerate() {
+        assert_eq!(store.get(id).unwrap(), blob(i as u64));
     }
 }

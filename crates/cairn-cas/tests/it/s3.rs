@@ -1,127 +1,14 @@
-//! The S3 backend against a real MinIO server on loopback. The MinIO binary comes from
-//! `CAIRN_MINIO`, `target/tools/minio`, `~/go/bin/minio` or `PATH`; when none exists, the test
-//! installs it with `go install github.com/minio/minio@latest` into `target/tools` (about three
-//! minutes, once). Each test starts its own server on a free port with a temporary data
-//! directory and stops it at the end.
+//! The S3 backend against a real MinIO server on loopback (see `tests/support/minio.rs`).
 
-use std::net::TcpListener;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cairn_cas::{Backend, Id, Remote, S3Backend, S3Config, Store, StoreConfig};
+use cairn_cas::{Backend, Id, Remote, S3Backend, Store, StoreConfig};
 use cairn_kv::{Db, FsStorage, Options};
 
+use crate::minio::Minio;
 use crate::noise;
-
-const USER: &str = "cairnadmin";
-const SECRET: &str = "cairn-secret-123";
-const BUCKET: &str = "cairn-test";
-
-fn tools_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/tools")
-}
-
-/// The MinIO binary, installed with the Go toolchain if needed.
-fn minio_binary() -> PathBuf {
-    static ONCE: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
-    let mut found = ONCE.lock().unwrap();
-    if let Some(p) = found.as_ref() {
-        return p.clone();
-    }
-    let home = std::env::var("HOME").unwrap_or_default();
-    let mut candidates: Vec<PathBuf> = std::env::var("CAIRN_MINIO").ok().map(PathBuf::from).into_iter().collect();
-    candidates.push(tools_dir().join("minio"));
-    candidates.push(Path::new(&home).join("go/bin/minio"));
-    if let Some(p) = candidates.iter().find(|p| p.is_file()) {
-        *found = Some(p.clone());
-        return p.clone();
-    }
-    if let Ok(out) = Command::new("sh").args(["-c", "command -v minio"]).output()
-        && out.status.success()
-    {
-        let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        *found = Some(p.clone());
-        return p;
-    }
-    std::fs::create_dir_all(tools_dir()).unwrap();
-    eprintln!("installing MinIO with `go install github.com/minio/minio@latest` (a few minutes, once)");
-    let status = Command::new("go")
-        .args(["install", "github.com/minio/minio@latest"])
-        .env("GOBIN", tools_dir())
-        .status()
-        .expect("the Go toolchain is needed to install MinIO for this test");
-    assert!(status.success(), "go install of MinIO failed");
-    let p = tools_dir().join("minio");
-    *found = Some(p.clone());
-    p
-}
-
-/// A MinIO server on 127.0.0.1, killed on drop.
-struct Minio {
-    child: Option<Child>,
-    data: PathBuf,
-    port: u16,
-    _dir: tempfile::TempDir,
-}
-
-impl Minio {
-    fn start() -> Minio {
-        let dir = tempfile::tempdir().unwrap();
-        let data = dir.path().join("data");
-        // A top-level directory of the drive is a bucket.
-        std::fs::create_dir_all(data.join(BUCKET)).unwrap();
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let mut m = Minio { child: None, data, port, _dir: dir };
-        m.restart();
-        m
-    }
-
-    fn restart(&mut self) {
-        let console = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let child = Command::new(minio_binary())
-            .arg("server")
-            .arg(&self.data)
-            .args(["--address", &format!("127.0.0.1:{}", self.port)])
-            .args(["--console-address", &format!("127.0.0.1:{console}")])
-            .env("MINIO_ROOT_USER", USER)
-            .env("MINIO_ROOT_PASSWORD", SECRET)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start MinIO");
-        self.child = Some(child);
-        let t = Instant::now();
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(t.elapsed() < Duration::from_secs(30), "MinIO did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn config(&self) -> S3Config {
-        let mut c = S3Config::new(BUCKET);
-        c.endpoint = Some(format!("http://127.0.0.1:{}", self.port));
-        c.prefix = "packs/".into();
-        c.credentials = Some((USER.into(), SECRET.into()));
-        c.timeout = Duration::from_secs(5);
-        c.retry_timeout = Duration::from_secs(60);
-        c
-    }
-}
-
-impl Drop for Minio {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
 
 fn blob(i: u64) -> Vec<u8> {
     let mut v = noise(i % 5, 40_000);
