@@ -9,10 +9,7 @@
 # $BENCH_DATA/linux (default /tmp/bench-data/linux).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DATA=${BENCH_DATA:-/tmp/bench-data}
-mkdir -p "$DATA"
-
-need() { command -v "$1" >/dev/null 2>&1; }
+. bench/lib.sh
 if [ -z "${QUICK:-}" ]; then
   if ! need rg || ! ls /usr/src/linux-source-*.tar.xz >/dev/null 2>&1; then
     apt-get update -qq && apt-get install -y -qq ripgrep linux-source >/dev/null

@@ -12,36 +12,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
-DATA=${BENCH_DATA:-/tmp/bench-data}
+. bench/lib.sh
 WORK=${BENCH_WORK:-/tmp/bench-work}
-mkdir -p "$DATA" "$WORK"
+mkdir -p "$WORK"
 
-need() { command -v "$1" >/dev/null 2>&1; }
 if ! need restic || ! need borg || ! need bc; then
   apt-get update -qq && apt-get install -y -qq restic borgbackup bc >/dev/null
 fi
-need npm || { echo "npm is required to build the data sets" >&2; exit 1; }
-
-make_app() { # name, dependencies (JSON object body)
-  local dir="$DATA/$1"
-  if [ ! -d "$dir/node_modules" ]; then
-    mkdir -p "$dir"
-    printf '{ "name": "%s", "version": "1.0.0", "private": true, "dependencies": { %s } }\n' "$1" "$2" > "$dir/package.json"
-    (cd "$dir" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
-  fi
-}
-make_app next-app '"next": "15", "react": "19", "react-dom": "19", "typescript": "5", "eslint": "9", "@types/react": "19", "@types/node": "22"'
-make_app next-app2 '"next": "15", "react": "19", "react-dom": "19", "typescript": "5", "eslint": "9", "@types/react": "19", "@types/node": "22", "lodash": "4", "zod": "3"'
-A="$DATA/next-app/node_modules"
-B="$DATA/next-app2/node_modules"
+node_modules_sets
 
 cargo build --release -q -p cairn-cli
 CAIRN="$PWD/target/release/cairn"
 export RESTIC_PASSWORD=bench BORG_PASSPHRASE=bench BORG_UNKNOWN_UNENCRYPTED_REPO_ACCESS_IS_OK=yes BORG_RELOCATED_REPO_ACCESS_IS_OK=yes
-
-secs() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); echo "$e - $s" | bc; }
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-files() { find "$1" -type f | wc -l; }
 
 # tool ops: init REPO; ingest REPO SRC TAG; restore REPO TAG DEST
 cairn_init() { rm -rf "$1"; }
