@@ -142,7 +142,9 @@ impl Store {
         wb.put(index::NEXT_PACK, w.next_pack.to_le_bytes())?;
         inner.db.write(wb)?;
         w.persisted_next_pack = w.next_pack;
+        // The copies are in the backend before the packs they replace are deleted from it.
         inner.upload_sealed(&mut w)?;
+        inner.wait_uploads()?;
         for no in &victims {
             inner.forget_pack(*no);
             let path = pack::pack_path(dir, *no);

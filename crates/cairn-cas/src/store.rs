@@ -6,13 +6,13 @@
 //! names bytes that are not durable; a crash before the index write leaves unreferenced bytes
 //! in a pack, which garbage collection reclaims.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cairn_kv::{Db, RandomAccessFile, Storage, WriteBatch};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::backend::Remote;
 use crate::index::{self, BlobRow, ChunkRow, IDS_PER_PAGE, Meta, PackRow};
@@ -195,26 +195,101 @@ impl RemoteState {
 
 pub(crate) struct Inner {
     pub db: Db,
-    pub storage: Arc<dyn Storage>,
-    pub dir: PathBuf,
     pub meta: Meta,
     pub pack_target: u64,
     pub zstd_level: i32,
     pub writer: Mutex<WriterState>,
-    readers: Mutex<HashMap<u64, Arc<dyn RandomAccessFile>>>,
     /// One lock per pack being downloaded, so that readers needing it wait for one download.
     fetching: Mutex<HashMap<u64, Arc<Mutex<()>>>>,
+    /// The local pack directory and the backend, shared with the upload threads.
+    local: Arc<Local>,
+}
+
+impl std::ops::Deref for Inner {
+    type Target = Local;
+    fn deref(&self) -> &Local {
+        &self.local
+    }
+}
+
+/// What the store shares with its upload threads: the local pack directory, open pack files,
+/// the backend and what is known of it, and the upload queue. (The threads never hold the
+/// store itself, so dropping it never waits on one of them to let go.)
+pub(crate) struct Local {
+    pub storage: Arc<dyn Storage>,
+    pub dir: PathBuf,
+    readers: Mutex<HashMap<u64, Arc<dyn RandomAccessFile>>>,
     pub remote: Option<Remote>,
     pub remote_state: Mutex<RemoteState>,
+    uploads: Uploads,
+}
+
+/// Upload threads work on this many packs at once; commits that seal more wait (so local
+/// packs not uploaded yet stay bounded).
+const UPLOADERS: usize = 2;
+const MAX_QUEUED: usize = 4;
+
+#[derive(Default)]
+struct Uploads {
+    state: Mutex<UploadState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct UploadState {
+    queue: VecDeque<u64>,
+    /// Packs taken from the queue and not finished.
+    active: HashSet<u64>,
+    /// The first failure since [`Inner::wait_uploads`] last reported one. While it is set,
+    /// queued packs are not attempted: they stay local, and reconciling uploads them.
+    error: Option<Error>,
+    /// The store is closed: the threads exit.
+    closed: bool,
+    /// Packs were queued since the store opened (it is not read-only).
+    wrote: bool,
+}
+
+/// An upload thread: uploads queued packs until the store is closed.
+fn upload_worker(local: Arc<Local>) {
+    loop {
+        let (no, skip) = {
+            let mut st = local.uploads.state.lock();
+            loop {
+                if let Some(no) = st.queue.pop_front() {
+                    st.active.insert(no);
+                    break (no, st.error.is_some());
+                }
+                if st.closed {
+                    return;
+                }
+                local.uploads.changed.wait(&mut st);
+            }
+        };
+        let result = if skip { Ok(()) } else { local.upload(no).inspect(|()| local.evict_cached(None)) };
+        if skip || result.is_err() {
+            // The next upload, verify or gc lists the backend again and uploads what was left
+            // local.
+            local.remote_state.lock().reconciled = false;
+        }
+        let mut st = local.uploads.state.lock();
+        st.active.remove(&no);
+        if let Err(e) = result {
+            st.error.get_or_insert(e);
+        }
+        local.uploads.changed.notify_all();
+    }
 }
 
 impl Drop for Inner {
-    /// With a backend, the open pack is sealed and uploaded (best effort: whatever is not
-    /// uploaded now is uploaded by the next open).
+    /// With a backend, the open pack is sealed and every queued pack uploaded (best effort:
+    /// whatever is not uploaded now is uploaded by the next open); then the upload threads end.
     fn drop(&mut self) {
-        if self.remote.is_some() {
-            let _ = self.seal_open_pack();
+        if self.remote.is_none() {
+            return;
         }
+        let _ = self.seal_open_pack();
+        self.uploads.state.lock().closed = true;
+        self.uploads.changed.notify_all();
     }
 }
 
@@ -262,10 +337,16 @@ impl Store {
             ),
             None => 1,
         };
-        let inner = Inner {
-            db,
+        let local = Arc::new(Local {
             storage,
             dir,
+            readers: Mutex::new(HashMap::new()),
+            remote,
+            remote_state: Mutex::new(RemoteState::default()),
+            uploads: Uploads::default(),
+        });
+        let inner = Inner {
+            db,
             meta,
             pack_target: config.pack_target.max(1 << 16),
             zstd_level: config.zstd_level,
@@ -276,10 +357,8 @@ impl Store {
                 persisted_next_pack: next_pack,
                 sealed: Vec::new(),
             }),
-            readers: Mutex::new(HashMap::new()),
             fetching: Mutex::new(HashMap::new()),
-            remote,
-            remote_state: Mutex::new(RemoteState::default()),
+            local,
         };
         if inner.remote.is_some() {
             inner.remove_interrupted_downloads()?;
@@ -293,11 +372,23 @@ impl Store {
                 Err(e) => return Err(e),
             }
         }
+        if inner.remote.is_some() {
+            for _ in 0..UPLOADERS {
+                let local = inner.local.clone();
+                std::thread::Builder::new()
+                    .name("cairn-upload".into())
+                    .spawn(move || upload_worker(local))
+                    .map_err(|e| Error::io(&inner.dir, e))?;
+            }
+        }
         Ok(Store { inner: Arc::new(inner) })
     }
 
-    /// Closes the pack being written and, with a backend, uploads every sealed pack. Packs are
-    /// also sealed when full and when the last handle to the store is dropped.
+    /// Closes the pack being written and, with a backend, uploads every sealed pack and waits
+    /// for the uploads, returning the first failure since the last `seal` (the packs whose
+    /// upload failed stay in the local directory and are uploaded later). Packs are also
+    /// sealed when full (and uploaded in the background) and when the last handle to the store
+    /// is dropped.
     pub fn seal(&self) -> Result<()> {
         self.inner.seal_open_pack()
     }
@@ -477,6 +568,59 @@ pub(crate) fn unwrap_io(e: std::io::Error) -> Error {
     }
 }
 
+impl Local {
+    pub fn forget_pack(&self, no: u64) {
+        self.readers.lock().remove(&no);
+    }
+
+    /// Forgets pack `no` in the backend bookkeeping (deleted).
+    pub(crate) fn forget_remote(&self, no: u64) {
+        let mut rs = self.remote_state.lock();
+        rs.uploaded.remove(&no);
+        rs.cached.remove(&no);
+    }
+
+    /// A backend failure on pack `no` (`None`: on the backend as a whole, e.g. listing).
+    pub(crate) fn remote_err(&self, no: Option<u64>, source: std::io::Error) -> Error {
+        let at = self.remote.as_ref().map_or_else(String::new, |r| r.backend.location());
+        let object = match no {
+            Some(no) => format!("{}/{}", at.trim_end_matches('/'), pack::pack_name(no, "pack")),
+            None => at,
+        };
+        Error::Backend { object, source }
+    }
+
+    /// Drops least recently used local copies of uploaded packs until they fit the cache
+    /// budget (never `keep`, the pack just fetched).
+    fn evict_cached(&self, keep: Option<u64>) {
+        let Some(r) = &self.remote else { return };
+        let mut rs = self.remote_state.lock();
+        let mut total: u64 = rs.cached.values().map(|c| c.0).sum();
+        while total > r.cache_bytes {
+            let victim =
+                rs.cached.iter().filter(|(n, _)| Some(**n) != keep).min_by_key(|(_, c)| c.1).map(|(n, c)| (*n, c.0));
+            let Some((no, size)) = victim else { break };
+            rs.cached.remove(&no);
+            total -= size;
+            self.forget_pack(no);
+            // A copy that cannot be removed stays; it is still a valid copy.
+            let _ = self.storage.remove_file(&pack::pack_path(&self.dir, no));
+        }
+    }
+
+    /// Uploads sealed pack `no` and counts its local copy in the cache.
+    fn upload(&self, no: u64) -> Result<()> {
+        let Some(r) = &self.remote else { return Ok(()) };
+        let path = pack::pack_path(&self.dir, no);
+        r.backend.upload(no, &path).map_err(|e| self.remote_err(Some(no), e))?;
+        let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
+        let mut rs = self.remote_state.lock();
+        rs.uploaded.insert(no);
+        rs.cache(no, size);
+        Ok(())
+    }
+}
+
 impl Inner {
     pub fn blob_row(&self, id: &Id) -> Result<Option<BlobRow>> {
         self.db.get(index::key(index::BLOB_PREFIX, id))?.map(|b| BlobRow::decode(&b)).transpose()
@@ -538,27 +682,6 @@ impl Inner {
         Ok(f)
     }
 
-    pub fn forget_pack(&self, no: u64) {
-        self.readers.lock().remove(&no);
-    }
-
-    /// Forgets pack `no` in the backend bookkeeping (deleted).
-    pub(crate) fn forget_remote(&self, no: u64) {
-        let mut rs = self.remote_state.lock();
-        rs.uploaded.remove(&no);
-        rs.cached.remove(&no);
-    }
-
-    /// A backend failure on pack `no` (`None`: on the backend as a whole, e.g. listing).
-    pub(crate) fn remote_err(&self, no: Option<u64>, source: std::io::Error) -> Error {
-        let at = self.remote.as_ref().map_or_else(String::new, |r| r.backend.location());
-        let object = match no {
-            Some(no) => format!("{}/{}", at.trim_end_matches('/'), pack::pack_name(no, "pack")),
-            None => at,
-        };
-        Error::Backend { object, source }
-    }
-
     /// Downloads uploaded pack `no` into the local cache and opens it.
     fn fetch_pack(&self, no: u64) -> Result<Arc<dyn RandomAccessFile>> {
         let Some(r) = &self.remote else { unreachable!("checked by the caller") };
@@ -578,47 +701,31 @@ impl Inner {
         Ok(f)
     }
 
-    /// Drops least recently used local copies of uploaded packs until they fit the cache
-    /// budget (never `keep`, the pack just fetched).
-    fn evict_cached(&self, keep: Option<u64>) {
-        let Some(r) = &self.remote else { return };
-        let mut rs = self.remote_state.lock();
-        let mut total: u64 = rs.cached.values().map(|c| c.0).sum();
-        while total > r.cache_bytes {
-            let victim =
-                rs.cached.iter().filter(|(n, _)| Some(**n) != keep).min_by_key(|(_, c)| c.1).map(|(n, c)| (*n, c.0));
-            let Some((no, size)) = victim else { break };
-            rs.cached.remove(&no);
-            total -= size;
-            self.forget_pack(no);
-            // A copy that cannot be removed stays; it is still a valid copy.
-            let _ = self.storage.remove_file(&pack::pack_path(&self.dir, no));
-        }
-    }
-
-    /// Uploads sealed pack `no` and counts its local copy in the cache.
-    fn upload(&self, no: u64) -> Result<()> {
-        let Some(r) = &self.remote else { return Ok(()) };
-        let path = pack::pack_path(&self.dir, no);
-        r.backend.upload(no, &path).map_err(|e| self.remote_err(Some(no), e))?;
-        let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
-        let mut rs = self.remote_state.lock();
-        rs.uploaded.insert(no);
-        rs.cache(no, size);
-        Ok(())
-    }
-
-    /// Uploads the sealed packs of `w` (after a commit).
+    /// Queues the sealed packs of `w` for upload (after a commit), waiting while the upload
+    /// threads have [`MAX_QUEUED`] packs. Failures are reported by [`Inner::wait_uploads`].
     pub(crate) fn upload_sealed(&self, w: &mut WriterState) -> Result<()> {
-        if !w.sealed.is_empty() {
-            self.ensure_reconciled(w)?;
+        if w.sealed.is_empty() {
+            return Ok(());
         }
-        while let Some(&no) = w.sealed.first() {
-            self.upload(no)?;
-            w.sealed.remove(0);
+        let mut st = self.uploads.state.lock();
+        st.wrote = true;
+        for no in w.sealed.drain(..) {
+            while st.queue.len() + st.active.len() >= MAX_QUEUED && st.error.is_none() {
+                self.uploads.changed.wait(&mut st);
+            }
+            st.queue.push_back(no);
+            self.uploads.changed.notify_all();
         }
-        self.evict_cached(None);
         Ok(())
+    }
+
+    /// Waits until every queued upload is done; returns the first failure since the last call.
+    pub(crate) fn wait_uploads(&self) -> Result<()> {
+        let mut st = self.uploads.state.lock();
+        while !st.queue.is_empty() || !st.active.is_empty() {
+            self.uploads.changed.wait(&mut st);
+        }
+        st.error.take().map_or(Ok(()), Err)
     }
 
     /// Closes the pack being written, if any: synced (with its directory entry), and with a
@@ -635,11 +742,20 @@ impl Inner {
         Ok(())
     }
 
-    /// Seals the pack being written (its committed bytes are durable already) and uploads.
+    /// Seals the pack being written (its committed bytes are durable already), uploads every
+    /// sealed pack and waits for the uploads; then, if the store wrote packs and the backend
+    /// was unreachable earlier, reconciles (uploading what was left local). A store that only
+    /// read needs no backend here.
     pub(crate) fn seal_open_pack(&self) -> Result<()> {
         let mut w = self.writer.lock();
-        self.close_pack(&mut w)?;
-        self.upload_sealed(&mut w)
+        let queued = self.close_pack(&mut w).and_then(|()| self.upload_sealed(&mut w));
+        // Waited for even after a failure, so that no upload is running when this returns.
+        let uploaded = self.wait_uploads();
+        queued.and(uploaded)?;
+        if self.uploads.state.lock().wrote {
+            self.ensure_reconciled(&w)?;
+        }
+        Ok(())
     }
 
     /// At open with a backend: learns which packs it holds, uploads the local packs the index
@@ -648,11 +764,16 @@ impl Inner {
     /// Lists the backend, uploads the sealed local packs the index names that it lacks (a crash
     /// came between their commit and upload), and counts the local copies of uploaded packs in
     /// the cache. `w` (the caller holds the writer) names the open pack, which is never uploaded,
-    /// and the packs sealed in this session, which [`Inner::upload_sealed`] uploads.
+    /// and the packs sealed in this session, which [`Inner::upload_sealed`] and the upload
+    /// threads upload.
     fn reconcile(&self, w: &WriterState) -> Result<()> {
         let Some(r) = &self.remote else { return Ok(()) };
         let open = w.pack.as_ref().map(|p| p.no);
-        let skip = |no: &u64| Some(*no) == open || w.sealed.contains(no);
+        let queued: HashSet<u64> = {
+            let st = self.uploads.state.lock();
+            st.queue.iter().chain(&st.active).copied().collect()
+        };
+        let skip = |no: &u64| Some(*no) == open || w.sealed.contains(no) || queued.contains(no);
         let listed = r.backend.list().map_err(|e| self.remote_err(None, e))?;
         let names = self.storage.list_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         self.remote_state.lock().uploaded = listed.into_iter().map(|(no, _)| no).collect();

@@ -57,6 +57,7 @@ impl Store {
     pub fn verify(&self) -> Result<VerifyReport> {
         let inner = &self.inner;
         // Uploaded packs are reread from the backend, so it must be known which they are.
+        inner.wait_uploads()?;
         inner.ensure_reconciled(&inner.writer.lock())?;
         let mut report = VerifyReport::default();
         let mut rows: HashMap<Id, ChunkRow> = HashMap::new();
