@@ -13,6 +13,8 @@
 # shared checkout copies are deleted first, so every pack comes from MinIO (restic keeps only
 # metadata in its local cache). The page cache stays warm. Prints medians of RUNS runs (default
 # 3), and the stored size.
+#
+#   S3_RATE=400mbit bench/s3.sh 3   # loopback throttled (tc tbf, needs root) like a network link
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUNS=${1:-3}
@@ -41,6 +43,11 @@ MINIO_PID=$!
 trap 'kill $MINIO_PID 2>/dev/null; wait $MINIO_PID 2>/dev/null || true; rm -rf "$OUT"' EXIT
 until curl -sf "http://127.0.0.1:$PORT/minio/health/live" >/dev/null; do sleep 0.2; done
 ENDPOINT="http://127.0.0.1:$PORT"
+if [ -n "${S3_RATE:-}" ]; then
+  need tc || { apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null; }
+  tc qdisc replace dev lo root tbf rate "$S3_RATE" burst 256kb latency 100ms
+  trap 'tc qdisc del dev lo root 2>/dev/null; kill $MINIO_PID 2>/dev/null; wait $MINIO_PID 2>/dev/null || true; rm -rf "$OUT"' EXIT
+fi
 export AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS_SECRET_ACCESS_KEY=$MINIO_ROOT_PASSWORD RESTIC_PASSWORD=bench
 
 # setup ops: init REPO; ingest REPO; cold REPO (before a checkout, untimed); restore REPO DEST;
@@ -70,7 +77,7 @@ restic_s3_cold() { :; }
 restic_s3_restore() { restic -q --repo "$(s3repo "$1")" restore latest --target "$2"; }
 restic_s3_size() { du -sm "$WORK/minio/bench/$(basename "$1")" | cut -f1; }
 
-echo "data: A=$A ($(files "$A") files, $(du -sh "$A" | cut -f1)); runs=$RUNS; machine: $(nproc) cores; $(restic version | cut -d' ' -f1-2); MinIO on loopback"
+echo "data: A=$A ($(files "$A") files, $(du -sh "$A" | cut -f1)); runs=$RUNS; machine: $(nproc) cores; $(restic version | cut -d' ' -f1-2); MinIO on loopback${S3_RATE:+ throttled to $S3_RATE}"
 SETUPS=(cairn_local cairn_s3 restic_local restic_s3)
 declare -A ingest restore size
 # Runs interleave the setups. Checkouts go to a tmpfs ($BENCH_OUT): on ext4, creating files is

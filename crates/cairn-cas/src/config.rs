@@ -12,7 +12,8 @@
 //! max_retries = 20
 //!
 //! [packs]
-//! target_mb = 64                      # a pack (one object) is closed at this size, 1 to 1024
+//! target_mb = 16                      # a pack (one object) is closed at this size, 1 to 1024
+//!                                     # (default 16 with a backend, else 64)
 //! cache_mb = 1024                     # CAIRN_PACK_CACHE_MB: local cache of uploaded packs
 //! remote_dir = "/mnt/big/cairn-packs" # instead of [s3]: packs in another file system
 //! ```
@@ -35,6 +36,9 @@ use crate::store::StoreConfig;
 
 /// The configuration file's name in a data directory.
 pub const CONFIG_FILE: &str = "cairn.toml";
+
+/// The pack size with a backend when `packs.target_mb` is not set.
+pub const REMOTE_PACK_TARGET: u64 = 16 << 20;
 
 #[derive(Deserialize, Default)]
 struct File {
@@ -166,9 +170,12 @@ pub fn load(data: &Path) -> io::Result<(StoreConfig, Option<Remote>)> {
     let origin = path.display().to_string();
     let resolved = resolve(text.as_deref(), &origin, data, |k| std::env::var(k).ok())?;
     let mut store = StoreConfig::default();
-    if let Some(t) = resolved.pack_target {
-        store.pack_target = t;
-    }
+    store.pack_target = match (resolved.pack_target, &resolved.remote) {
+        (Some(t), _) => t,
+        // Smaller objects start uploading and downloading sooner (restic's packs are 16 MiB).
+        (None, Some(_)) => REMOTE_PACK_TARGET,
+        (None, None) => store.pack_target,
+    };
     let Some((spec, cache_bytes)) = resolved.remote else { return Ok((store, None)) };
     let backend: Arc<dyn crate::Backend> = match spec {
         #[cfg(feature = "s3")]
@@ -233,6 +240,19 @@ mod tests {
         let RemoteSpec::S3(c) = spec else { panic!("{spec:?}") };
         assert_eq!((c.region.as_str(), c.path_style, cache), ("ap-south-1", true, 1 << 30));
         assert_eq!(c.endpoint, None);
+    }
+
+    #[test]
+    fn pack_size_defaults_smaller_with_a_backend() {
+        let t = tempfile::tempdir().unwrap();
+        let (store, remote) = load(t.path()).unwrap();
+        assert!(remote.is_none() && store.pack_target == 64 << 20);
+        std::fs::write(t.path().join(CONFIG_FILE), "[packs]\nremote_dir = \"archive\"\n").unwrap();
+        let (store, remote) = load(t.path()).unwrap();
+        assert_eq!(remote.unwrap().backend.location(), t.path().join("archive").display().to_string());
+        assert_eq!(store.pack_target, REMOTE_PACK_TARGET);
+        std::fs::write(t.path().join(CONFIG_FILE), "[packs]\nremote_dir = \"archive\"\ntarget_mb = 2\n").unwrap();
+        assert_eq!(load(t.path()).unwrap().0.pack_target, 2 << 20);
     }
 
     #[test]
