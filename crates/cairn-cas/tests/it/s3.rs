@@ -132,3 +132,92 @@ fn a_short_outage_is_ridden_out_by_retries() {
         assert_eq!(store.get(id).unwrap(), blob(i as u64));
     }
 }
+
+/// A proxy in front of MinIO that answers the first `reject` requests with `503 Slow Down`
+/// (as S3 does when throttling) and forwards everything after that.
+struct FlakyProxy {
+    port: u16,
+    rejected: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl FlakyProxy {
+    fn start(upstream: u16, reject: usize) -> FlakyProxy {
+        use std::io::{BufRead, BufReader, Read, Write};
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let rejected = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = rejected.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(client) = conn else { return };
+                if count.load(Ordering::SeqCst) < reject {
+                    // Read the whole request, then refuse it and close the connection.
+                    let mut r = BufReader::new(client.try_clone().unwrap());
+                    let mut len = 0usize;
+                    loop {
+                        let mut line = String::new();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                            break;
+                        }
+                        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                            len = v.trim().parse().unwrap_or(0);
+                        }
+                    }
+                    let _ = std::io::copy(&mut r.by_ref().take(len as u64), &mut std::io::sink());
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let body =
+                        "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>";
+                    let mut c = client;
+                    let _ = write!(
+                        c,
+                        "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    continue;
+                }
+                let server = std::net::TcpStream::connect(("127.0.0.1", upstream)).unwrap();
+                let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let (mut c, mut s) = (client, server);
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut c2, &mut s2);
+                    let _ = s2.shutdown(std::net::Shutdown::Write);
+                });
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut s, &mut c);
+                    let _ = c.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        });
+        FlakyProxy { port, rejected }
+    }
+}
+
+#[test]
+fn server_errors_are_retried_and_bad_credentials_are_clear_errors() {
+    let minio = Minio::start();
+    let proxy = FlakyProxy::start(minio.port(), 4);
+    let mut c = minio.config();
+    c.endpoint = Some(format!("http://127.0.0.1:{}", proxy.port));
+    let backend = Arc::new(S3Backend::new(c).unwrap());
+    let d = tempfile::tempdir().unwrap();
+    let store = open(d.path(), backend.clone());
+    let ids: Vec<Id> = (0..12).map(|i| store.put(&blob(i)).unwrap().id).collect();
+    store.seal().unwrap();
+    assert_eq!(proxy.rejected.load(std::sync::atomic::Ordering::SeqCst), 4, "every 503 was retried");
+    assert_eq!(backend.list().unwrap().len() as u64, store.stats().unwrap().packs);
+    drop(store);
+    std::fs::remove_dir_all(d.path().join("packs")).unwrap();
+    let store = open(d.path(), backend);
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(store.get(id).unwrap(), blob(i as u64));
+    }
+
+    // A wrong secret is not retried for minutes: the error says what the server said.
+    let mut c = minio.config();
+    c.credentials = Some((crate::minio::USER.into(), "wrong-secret".into()));
+    let e = S3Backend::new(c).unwrap().list().unwrap_err().to_string();
+    assert!(e.contains("SignatureDoesNotMatch") && e.contains("403"), "{e}");
+    // (A retried failure says "after N retries".)
+    assert!(!e.contains("retries"), "a client error is not retried: {e}");
+}

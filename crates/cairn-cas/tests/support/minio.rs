@@ -106,6 +106,11 @@ impl Minio {
         }
     }
 
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// The endpoint URL.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
