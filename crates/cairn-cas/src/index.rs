@@ -10,6 +10,7 @@
 //! | `cas/x/<blob id><page u32 BE>` | further pages of a long chunk list |
 //! | `cas/p/<pack u64 BE>` | [`PackRow`]: committed and live bytes of a pack |
 
+use crate::store::LargeChunks;
 use crate::{Error, HashAlgo, Id, Result};
 
 pub(crate) const META: &[u8] = b"cas/meta";
@@ -60,24 +61,50 @@ pub(crate) struct Meta {
     pub min_chunk: u32,
     pub avg_chunk: u32,
     pub max_chunk: u32,
+    /// Chunk sizes of large content (version 2 rows; stores made before have none).
+    pub large: Option<LargeChunks>,
 }
 
 impl Meta {
+    /// Version 1 without large-content chunking (as stores made before it have), else 2.
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = vec![1, self.hash.code()];
+        let mut v = vec![if self.large.is_some() { 2 } else { 1 }, self.hash.code()];
         for x in [self.min_chunk, self.avg_chunk, self.max_chunk] {
             v.extend_from_slice(&x.to_le_bytes());
+        }
+        if let Some(l) = self.large {
+            v.extend_from_slice(&l.threshold.to_le_bytes());
+            for x in [l.min, l.avg, l.max] {
+                v.extend_from_slice(&x.to_le_bytes());
+            }
         }
         v
     }
 
     pub fn decode(b: &[u8]) -> Result<Meta> {
-        if b.len() != 14 || b[0] != 1 {
-            return Err(bad("meta"));
-        }
+        let large = match (b.first(), b.len()) {
+            (Some(1), 14) => false,
+            (Some(2), 34) => true,
+            _ => return Err(bad("meta")),
+        };
         let hash = HashAlgo::from_code(b[1]).ok_or_else(|| bad("meta"))?;
         let g = |at| u32_at(b, at).ok_or_else(|| bad("meta"));
-        Ok(Meta { hash, min_chunk: g(2)?, avg_chunk: g(6)?, max_chunk: g(10)? })
+        let large = match large {
+            false => None,
+            true => {
+                let threshold = u64::from_le_bytes(b[14..22].try_into().map_err(|_| bad("meta"))?);
+                Some(LargeChunks { threshold, min: g(22)?, avg: g(26)?, max: g(30)? })
+            }
+        };
+        Ok(Meta { hash, min_chunk: g(2)?, avg_chunk: g(6)?, max_chunk: g(10)?, large })
+    }
+
+    /// FastCDC's (min, average, max) chunk sizes for content of `len` bytes.
+    pub fn chunk_sizes(&self, len: u64) -> (usize, usize, usize) {
+        match self.large {
+            Some(l) if len >= l.threshold => (l.min as usize, l.avg as usize, l.max as usize),
+            _ => (self.min_chunk as usize, self.avg_chunk as usize, self.max_chunk as usize),
+        }
     }
 }
 
@@ -205,6 +232,18 @@ mod tests {
             prop_assert_eq!(BlobRow::decode(&b.encode()).unwrap(), b);
             let p = PackRow { total: offset, live: pack };
             prop_assert_eq!(PackRow::decode(&p.encode()).unwrap(), p);
+        }
+
+        #[test]
+        fn meta_round_trips(code in 1u8..=2, min: u32, avg: u32, max: u32, large: Option<(u64, u32, u32, u32)>) {
+            let hash = HashAlgo::from_code(code).unwrap();
+            let large = large.map(|(threshold, min, avg, max)| LargeChunks { threshold, min, avg, max });
+            let m = Meta { hash, min_chunk: min, avg_chunk: avg, max_chunk: max, large };
+            let b = m.encode();
+            prop_assert_eq!(b[0], if large.is_some() { 2 } else { 1 });
+            prop_assert_eq!(Meta::decode(&b).unwrap(), m);
+            // Any other length is refused.
+            prop_assert!(Meta::decode(&b[..b.len() - 1]).is_err());
         }
 
         #[test]

@@ -303,7 +303,7 @@ impl Trees {
                 Some(p) => w.own_prepared(&mut b, p, path)?,
                 None => {
                     let f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
-                    let o = b.put_reader(std::io::BufReader::with_capacity(1 << 20, f))?;
+                    let o = b.put_reader_len(std::io::BufReader::with_capacity(1 << 20, f), meta.size)?;
                     if w.is_owned(&o.id)? {
                         // Already held: give back the reference this put took.
                         b.release(&o.id)?;

@@ -233,3 +233,45 @@ fn a_prepared_blob_whose_chunk_was_collected_is_stale() {
     let mut b = store.batch();
     assert!(matches!(b.put_prepared(p), Err(cairn_cas::Error::Stale(_))));
 }
+
+#[test]
+fn large_content_is_cut_into_large_chunks_whichever_way_it_is_stored() {
+    let storage = MemStorage::new();
+    let (db, store) = open(&storage, config());
+    // Above the 4 MiB threshold: chunks of 256 KiB to 4 MiB.
+    let big = noise(7, 9 << 20);
+    let a = store.put(&big).unwrap();
+    assert!((3..=36).contains(&a.chunks), "9 MiB in 1 MiB chunks, got {}", a.chunks);
+    // Below it: the usual 4-64 KiB chunks.
+    let small = noise(8, 3 << 20);
+    let s = store.put(&small).unwrap();
+    assert!(s.chunks >= 48, "3 MiB in small chunks, got {}", s.chunks);
+    // A stream of a file of known length is cut the same way, so its chunks are shared; a
+    // stream of unknown length is cut small.
+    let mut changed = big.clone();
+    changed[5 << 20] ^= 1;
+    let mut b = store.batch();
+    let o = b.put_reader_len(&changed[..], changed.len() as u64).unwrap();
+    b.commit().unwrap();
+    assert!(!o.existed && o.new_chunks <= 2, "one changed byte rewrites its chunk: {o:?}");
+    let p = store.prepare(&changed).unwrap();
+    let mut b = store.batch();
+    let again = b.put_prepared(p).unwrap();
+    b.commit().unwrap();
+    assert!(again.existed && again.stored_bytes == 0);
+    let other = noise(9, 9 << 20);
+    let streamed = store.put_reader(&other[..]).unwrap();
+    assert!(streamed.chunks > 100, "{streamed:?}");
+    assert_eq!(store.get(&a.id).unwrap(), big);
+    assert_eq!(store.get(&o.id).unwrap(), changed);
+    assert!(store.verify().unwrap().is_ok());
+    drop((store, db));
+
+    // A store made without large chunking keeps its chunking when reopened with the default.
+    let storage = MemStorage::new();
+    let (db, store) = open(&storage, StoreConfig { large_chunks: None, ..config() });
+    drop((store, db));
+    let (_db, store) = open(&storage, config());
+    let o = store.put(&big).unwrap();
+    assert!(o.chunks > 100, "the chunking recorded when the store was made: {}", o.chunks);
+}
