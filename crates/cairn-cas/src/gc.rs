@@ -41,8 +41,10 @@ impl Store {
         let mut w = inner.writer.lock();
         // Close the open pack; whatever it holds beyond committed entries is garbage.
         inner.close_pack(&mut w)?;
-        inner.ensure_reconciled(&w)?;
+        // Every pack is in the backend (and known to be) before any is chosen for rewriting.
         inner.upload_sealed(&mut w)?;
+        inner.wait_uploads()?;
+        inner.ensure_reconciled(&w)?;
         let mut rows: BTreeMap<u64, PackRow> = BTreeMap::new();
         for item in inner.db.prefix(index::PACK_PREFIX) {
             let (k, v) = item?;

@@ -400,3 +400,37 @@ fn uploads_run_behind_the_commits_with_a_bounded_backlog() {
         assert_eq!(store.get(id).unwrap(), blob(i as u64));
     }
 }
+
+#[test]
+fn gc_while_uploads_are_queued_collects_cleanly() {
+    let storage = MemStorage::new();
+    let s: Arc<dyn Storage> = Arc::new(storage.clone());
+    let backend = Arc::new(Gated {
+        inner: Arc::new(LocalBackend::new(s.clone(), "/remote").unwrap()),
+        permits: parking_lot::Mutex::new(0),
+        changed: parking_lot::Condvar::new(),
+    });
+    let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).unwrap();
+    let remote = Remote { backend: backend.clone(), cache_bytes: CACHE };
+    let store = Store::open_with_remote(db.clone(), s, PACKS, config(), Some(remote)).unwrap();
+    // Packs sealed and queued behind held-back uploads, half of their blobs released.
+    let ids: Vec<Id> = (0..12).map(|i| store.put(&blob(i)).unwrap().id).collect();
+    for id in ids.iter().step_by(2) {
+        store.release(id).unwrap();
+    }
+    // The uploads are let go while gc waits for them.
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            backend.release(1 << 20);
+        });
+        let r = store.gc(1.0).unwrap();
+        assert!(r.packs_collected > 0, "{r:?}");
+    });
+    store.seal().unwrap();
+    assert_eq!(backend.list().unwrap().len() as u64, store.stats().unwrap().packs);
+    assert!(store.verify().unwrap().is_ok());
+    for (i, id) in ids.iter().enumerate().skip(1).step_by(2) {
+        assert_eq!(store.get(id).unwrap(), blob(i as u64));
+    }
+}
