@@ -11,13 +11,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . bench/lib.sh
 if [ -z "${QUICK:-}" ]; then
-  if ! need rg || ! ls /usr/src/linux-source-*.tar.xz >/dev/null 2>&1; then
-    apt-get update -qq && apt-get install -y -qq ripgrep linux-source >/dev/null
-  fi
-  if [ ! -d "$DATA/linux" ]; then
-    tarball=$(ls /usr/src/linux-source-*.tar.xz | head -1)
-    mkdir -p "$DATA/linux" && tar -xJf "$tarball" -C "$DATA/linux" --strip-components=1
-  fi
+  need rg || { apt-get update -qq && apt-get install -y -qq ripgrep >/dev/null; }
+  linux_source_tree >/dev/null
 fi
 
 cargo build --release -q -p cairn-bench

@@ -29,3 +29,16 @@ node_modules_sets() {
   A="$DATA/next-app/node_modules"
   B="$DATA/next-app2/node_modules"
 }
+
+# The Debian linux-source tree (about 80,000 files), extracted into $DATA/linux; prints its path.
+linux_source_tree() {
+  if ! ls /usr/src/linux-source-*.tar.xz >/dev/null 2>&1; then
+    apt-get update -qq && apt-get install -y -qq linux-source >/dev/null
+  fi
+  if [ ! -d "$DATA/linux" ]; then
+    local tarball
+    tarball=$(ls /usr/src/linux-source-*.tar.xz | head -1)
+    mkdir -p "$DATA/linux" && tar -xJf "$tarball" -C "$DATA/linux" --strip-components=1
+  fi
+  echo "$DATA/linux"
+}
