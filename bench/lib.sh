@@ -23,6 +23,12 @@ make_app() { # name, dependencies (JSON object body)
     (cd "$dir" && npm install --no-audit --no-fund --loglevel=error >/dev/null)
   fi
 }
+# A larger set of popular packages (about 80,000 files, 860 MB) in $DATA/big-app; prints its
+# node_modules path.
+big_app_set() {
+  make_app big-app '"next": "15", "react": "19", "react-dom": "19", "typescript": "5", "eslint": "9", "jest": "29", "webpack": "5", "webpack-cli": "6", "@babel/core": "7", "@babel/preset-env": "7", "@mui/material": "7", "@mui/icons-material": "7", "@emotion/react": "11", "@emotion/styled": "11", "date-fns": "4", "lodash": "4", "rxjs": "7", "googleapis": "148", "@aws-sdk/client-s3": "3", "vite": "6"'
+  echo "$DATA/big-app/node_modules"
+}
 node_modules_sets() {
   make_app next-app '"next": "15", "react": "19", "react-dom": "19", "typescript": "5", "eslint": "9", "@types/react": "19", "@types/node": "22"'
   make_app next-app2 '"next": "15", "react": "19", "react-dom": "19", "typescript": "5", "eslint": "9", "@types/react": "19", "@types/node": "22", "lodash": "4", "zod": "3"'

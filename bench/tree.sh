@@ -2,7 +2,8 @@
 # Directory-snapshot benchmark: cairn vs restic, borg and git on real node_modules trees.
 #
 #   bench/tree.sh [RUNS]
-#   SETS="node_modules linux" bench/tree.sh 1   # also the Debian linux-source tree (~80k files)
+#   SETS="node_modules packages linux" bench/tree.sh 1   # also ~80k files of popular npm
+#                                                     # packages and Debian's linux-source tree
 #   TOOLS="cairn git" bench/tree.sh               # a subset of the tools
 #
 # Builds the data sets under $BENCH_DATA (default /tmp/bench-data) with npm (a Next.js + React
@@ -74,7 +75,8 @@ run_set() { # label, SRC, SECOND
 for set in ${SETS:-node_modules}; do
   case $set in
     node_modules) run_set node_modules "$A" "$B" ;;
+    packages) run_set packages "$(big_app_set)" ;;
     linux) run_set linux "$(linux_source_tree)" ;;
-    *) echo "unknown data set $set (node_modules, linux)" >&2; exit 1 ;;
+    *) echo "unknown data set $set (node_modules, packages, linux)" >&2; exit 1 ;;
   esac
 done
