@@ -106,14 +106,17 @@ impl Backend for LocalBackend {
 pub struct Remote {
     /// The backend holding sealed packs.
     pub backend: Arc<dyn Backend>,
-    /// Bytes of uploaded packs kept in the local directory as a read cache (default 1 GiB).
-    /// Packs not uploaded yet are kept whatever their size.
+    /// Bytes of uploaded packs kept in the local directory as a read cache (default
+    /// [`Remote::DEFAULT_CACHE_BYTES`]). Packs not uploaded yet are kept whatever their size.
     pub cache_bytes: u64,
 }
 
 impl Remote {
-    /// `backend` with the default 1 GiB read cache.
+    /// The default read cache: 1 GiB.
+    pub const DEFAULT_CACHE_BYTES: u64 = 1 << 30;
+
+    /// `backend` with the default read cache.
     pub fn new(backend: Arc<dyn Backend>) -> Remote {
-        Remote { backend, cache_bytes: 1 << 30 }
+        Remote { backend, cache_bytes: Remote::DEFAULT_CACHE_BYTES }
     }
 }

@@ -28,11 +28,11 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_kv::FsStorage;
+use cairn_kv::{Db, FsStorage};
 use serde::Deserialize;
 
 use crate::backend::{LocalBackend, Remote};
-use crate::store::StoreConfig;
+use crate::store::{Store, StoreConfig};
 
 /// The configuration file's name in a data directory.
 pub const CONFIG_FILE: &str = "cairn.toml";
@@ -111,7 +111,7 @@ pub fn resolve(
     };
     let cache_mb = match env("CAIRN_PACK_CACHE_MB") {
         Some(v) => v.parse().map_err(|_| invalid(format!("CAIRN_PACK_CACHE_MB={v} is not a number of MiB")))?,
-        None => packs.cache_mb.unwrap_or(1024),
+        None => packs.cache_mb.unwrap_or(Remote::DEFAULT_CACHE_BYTES >> 20),
     };
     let cache_bytes = cache_mb.checked_mul(1 << 20).ok_or_else(|| invalid(format!("cache of {cache_mb} MiB")))?;
     let bucket = env("CAIRN_S3_BUCKET").or(s3.bucket);
@@ -161,13 +161,8 @@ pub fn resolve(
 /// environment (for the command-line tools, the daemon and the document memory): the store's
 /// settings, and the backend of its sealed packs (`None`: packs stay local).
 pub fn load(data: &Path) -> io::Result<(StoreConfig, Option<Remote>)> {
-    let path = data.join(CONFIG_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => Some(t),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-        Err(e) => return Err(io::Error::new(e.kind(), format!("reading {}: {e}", path.display()))),
-    };
-    let origin = path.display().to_string();
+    let text = read_file(data)?;
+    let origin = data.join(CONFIG_FILE).display().to_string();
     let resolved = resolve(text.as_deref(), &origin, data, |k| std::env::var(k).ok())?;
     let mut store = StoreConfig::default();
     store.pack_target = match (resolved.pack_target, &resolved.remote) {
@@ -183,6 +178,24 @@ pub fn load(data: &Path) -> io::Result<(StoreConfig, Option<Remote>)> {
         RemoteSpec::Dir(dir) => Arc::new(LocalBackend::new(Arc::new(FsStorage::new()), dir)?),
     };
     Ok((store, Some(Remote { backend, cache_bytes })))
+}
+
+/// The text of data directory `data`'s `cairn.toml`; `None` when there is none. Errors name
+/// the file.
+pub fn read_file(data: &Path) -> io::Result<Option<String>> {
+    let path = data.join(CONFIG_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io::Error::new(e.kind(), format!("reading {}: {e}", path.display()))),
+    }
+}
+
+/// Opens the blob store of data directory `data` over its engine `db`: packs in
+/// `data/packs`, configured by [`load`].
+pub fn open_store(db: Db, data: &Path) -> crate::Result<Store> {
+    let (config, remote) = load(data).map_err(|source| crate::Error::Io { path: data.join(CONFIG_FILE), source })?;
+    Store::open_with_remote(db, Arc::new(FsStorage::new()), data.join("packs"), config, remote)
 }
 
 #[cfg(test)]

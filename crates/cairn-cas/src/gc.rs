@@ -42,8 +42,7 @@ impl Store {
         // Close the open pack; whatever it holds beyond committed entries is garbage.
         inner.close_pack(&mut w)?;
         // Every pack is in the backend (and known to be) before any is chosen for rewriting.
-        inner.upload_sealed(&mut w)?;
-        inner.wait_uploads()?;
+        inner.upload_all(&mut w)?;
         inner.ensure_reconciled(&w)?;
         let mut rows: BTreeMap<u64, PackRow> = BTreeMap::new();
         for item in inner.db.prefix(index::PACK_PREFIX) {
@@ -145,8 +144,7 @@ impl Store {
         inner.db.write(wb)?;
         w.persisted_next_pack = w.next_pack;
         // The copies are in the backend before the packs they replace are deleted from it.
-        inner.upload_sealed(&mut w)?;
-        inner.wait_uploads()?;
+        inner.upload_all(&mut w)?;
         for no in &victims {
             inner.forget_pack(*no);
             let path = pack::pack_path(dir, *no);

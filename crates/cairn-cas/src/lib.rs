@@ -1,8 +1,9 @@
 //! `cairn-cas`: a content-addressed, deduplicating, compressed blob store.
 //!
 //! Content is cut into chunks by FastCDC (about 16 KiB on average, 1 MiB for content of 4 MiB
-//! or more; content smaller than the minimum chunk is stored whole), each chunk is identified by its hash (BLAKE3, or SHA-256 per
-//! store), compressed with zstd when that saves space, and appended to a pack file. The chunk
+//! or more; content smaller than the minimum chunk is stored whole), each chunk is identified
+//! by its hash (BLAKE3, or SHA-256 per store), compressed with zstd when that saves space, and
+//! appended to a pack file. The chunk
 //! index, blob chunk lists and reference counts are rows in the [`cairn_kv`] engine under the
 //! prefix `cas/`. Storing content that is already present writes no chunk data.
 //! Formats: `docs/format/cas.md`.

@@ -404,8 +404,6 @@ impl Store {
                 Ok(()) | Err(Error::Backend { .. }) => {}
                 Err(e) => return Err(e),
             }
-        }
-        if inner.remote.is_some() {
             for _ in 0..UPLOADERS {
                 let local = inner.local.clone();
                 std::thread::Builder::new()
@@ -643,13 +641,16 @@ impl Local {
     /// Uploads sealed pack `no` and counts its local copy in the cache.
     fn upload(&self, no: u64) -> Result<()> {
         let Some(r) = &self.remote else { return Ok(()) };
-        let path = pack::pack_path(&self.dir, no);
-        r.backend.upload(no, &path).map_err(|e| self.remote_err(Some(no), e))?;
-        let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
-        let mut rs = self.remote_state.lock();
-        rs.uploaded.insert(no);
-        rs.cache(no, size);
+        r.backend.upload(no, &pack::pack_path(&self.dir, no)).map_err(|e| self.remote_err(Some(no), e))?;
+        self.remote_state.lock().uploaded.insert(no);
+        self.cache_local_copy(no);
         Ok(())
+    }
+
+    /// Counts the local copy of uploaded pack `no` in the cache, as just used.
+    fn cache_local_copy(&self, no: u64) {
+        let size = self.storage.open_read(&pack::pack_path(&self.dir, no)).map(|f| f.len()).unwrap_or(0);
+        self.remote_state.lock().cache(no, size);
     }
 }
 
@@ -735,9 +736,9 @@ impl Inner {
 
     /// Queues the sealed packs of `w` for upload (after a commit), waiting while the upload
     /// threads have [`MAX_QUEUED`] packs. Failures are reported by [`Inner::wait_uploads`].
-    pub(crate) fn upload_sealed(&self, w: &mut WriterState) -> Result<()> {
+    pub(crate) fn upload_sealed(&self, w: &mut WriterState) {
         if w.sealed.is_empty() {
-            return Ok(());
+            return;
         }
         let mut st = self.uploads.state.lock();
         st.wrote = true;
@@ -748,7 +749,13 @@ impl Inner {
             st.queue.push_back(no);
             self.uploads.changed.notify_all();
         }
-        Ok(())
+    }
+
+    /// Queues the sealed packs of `w` and waits for every upload; returns the first failure
+    /// since the last wait.
+    pub(crate) fn upload_all(&self, w: &mut WriterState) -> Result<()> {
+        self.upload_sealed(w);
+        self.wait_uploads()
     }
 
     /// Waits until every queued upload is done; returns the first failure since the last call.
@@ -780,19 +787,16 @@ impl Inner {
     /// read needs no backend here.
     pub(crate) fn seal_open_pack(&self) -> Result<()> {
         let mut w = self.writer.lock();
-        let queued = self.close_pack(&mut w).and_then(|()| self.upload_sealed(&mut w));
+        let closed = self.close_pack(&mut w);
         // Waited for even after a failure, so that no upload is running when this returns.
-        let uploaded = self.wait_uploads();
-        queued.and(uploaded)?;
+        let uploaded = self.upload_all(&mut w);
+        closed.and(uploaded)?;
         if self.uploads.state.lock().wrote {
             self.ensure_reconciled(&w)?;
         }
         Ok(())
     }
 
-    /// At open with a backend: learns which packs it holds, uploads the local packs the index
-    /// names that it lacks (a crash came before their upload), and counts the other local
-    /// copies as cached.
     /// Lists the backend, uploads the sealed local packs the index names that it lacks (a crash
     /// came between their commit and upload), and counts the local copies of uploaded packs in
     /// the cache. `w` (the caller holds the writer) names the open pack, which is never uploaded,
@@ -812,9 +816,7 @@ impl Inner {
         for no in names.iter().filter_map(|n| pack::parse_pack_name(n)).filter(|no| !skip(no)) {
             let uploaded = self.remote_state.lock().uploaded.contains(&no);
             if uploaded {
-                let path = pack::pack_path(&self.dir, no);
-                let size = self.storage.open_read(&path).map(|f| f.len()).unwrap_or(0);
-                self.remote_state.lock().cache(no, size);
+                self.cache_local_copy(no);
             } else if self.db.get(index::pack_key(no))?.is_some() {
                 self.upload(no)?;
             }
@@ -1191,6 +1193,7 @@ impl Batch<'_> {
         self.inner.db.write(wb)?;
         self.w.persisted_next_pack = next_pack;
         // Only now may a sealed pack be uploaded: the index names its committed bytes.
-        self.inner.upload_sealed(&mut self.w)
+        self.inner.upload_sealed(&mut self.w);
+        Ok(())
     }
 }

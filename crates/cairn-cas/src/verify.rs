@@ -74,8 +74,8 @@ impl Store {
         let mut fetched: Option<(u64, std::io::Result<MemPack>)> = None;
         for (id, row) in sorted {
             report.chunks += 1;
-            let uploaded = inner.remote.is_some() && inner.remote_state.lock().uploaded.contains(&row.pack);
-            let read = if let (true, Some(r)) = (uploaded, &inner.remote) {
+            let uploaded_to = inner.remote.as_ref().filter(|_| inner.remote_state.lock().uploaded.contains(&row.pack));
+            let read = if let Some(r) = uploaded_to {
                 if fetched.as_ref().is_none_or(|(no, _)| *no != row.pack) {
                     fetched = Some((row.pack, r.backend.download(row.pack).map(MemPack)));
                 }

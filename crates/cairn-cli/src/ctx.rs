@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use cairn_cas::Store;
 use cairn_docs::Memory;
-use cairn_kv::{Db, FsStorage, Options};
+use cairn_kv::{Db, Options};
 use cairn_server::Services;
 use cairn_tables::Tables;
 use cairn_tree::Trees;
@@ -170,14 +170,11 @@ impl Ctx {
             // What the command committed is durable locally; a failed upload is reported (the
             // pack stays in the local directory and the next command that opens the store
             // uploads it).
-            let uploaded = match &store {
-                Some(s) if s.remote_location().is_some() => s.seal().with_context(|| {
-                    format!(
-                        "uploading to {} (the data is committed locally; the next command retries the upload)",
-                        s.remote_location().unwrap_or_default()
-                    )
+            let uploaded = match store.as_ref().and_then(|s| Some((s, s.remote_location()?))) {
+                Some((s, at)) => s.seal().with_context(|| {
+                    format!("uploading to {at} (the data is committed locally; the next command retries the upload)")
                 }),
-                _ => Ok(()),
+                None => Ok(()),
             };
             drop((trees, store));
             if let Some(db) = db {
@@ -192,8 +189,7 @@ impl Ctx {
 /// Opens the blob store of a data directory, with the pack backend its `cairn.toml` or the
 /// environment configures (`[s3]`, `CAIRN_S3_BUCKET`, ...; see `cairn_cas::config`), if any.
 pub fn open_store(data: &Path, db: Db) -> Result<Store> {
-    let (config, remote) = cairn_cas::config::load(data).context("configuring the blob store")?;
-    Ok(Store::open_with_remote(db, Arc::new(FsStorage::new()), data.join("packs"), config, remote)?)
+    cairn_cas::config::open_store(db, data).with_context(|| format!("opening the blob store of {}", data.display()))
 }
 
 /// Opens every layer of a data directory, for the daemon.

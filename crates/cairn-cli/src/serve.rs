@@ -33,13 +33,8 @@ pub fn token(data: &Path) -> Result<Option<String>> {
     {
         return Ok(Some(t));
     }
-    let path = data.join(cairn_cas::config::CONFIG_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
-    };
-    token_in(&text).with_context(|| path.display().to_string())
+    let Some(text) = cairn_cas::config::read_file(data)? else { return Ok(None) };
+    token_in(&text).with_context(|| data.join(cairn_cas::config::CONFIG_FILE).display().to_string())
 }
 
 fn token_in(text: &str) -> Result<Option<String>> {

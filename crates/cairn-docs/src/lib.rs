@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use cairn_cas::{BlobReader, Id, Prepared, Store};
-use cairn_kv::{Db, FsStorage, Options, WriteBatch, WriteOptions};
+use cairn_kv::{Db, Options, WriteBatch, WriteOptions};
 use parking_lot::Mutex;
 use rayon::prelude::*;
 
@@ -226,9 +226,7 @@ impl Memory {
     pub fn open(dir: impl AsRef<Path>) -> Result<Memory> {
         let dir = dir.as_ref();
         let db = Db::open(dir.join("kv"), Options::default())?;
-        let (config, remote) = cairn_cas::config::load(dir)
-            .map_err(|source| cairn_cas::Error::Io { path: dir.join(cairn_cas::config::CONFIG_FILE), source })?;
-        let store = Store::open_with_remote(db.clone(), Arc::new(FsStorage::new()), dir.join("packs"), config, remote)?;
+        let store = cairn_cas::config::open_store(db.clone(), dir)?;
         Memory::with_parts(db, store, dir.join("docs-index"))
     }
 
