@@ -223,15 +223,7 @@ mod tests {
         let text = b"hello hello hello hello hello hello hello hello".repeat(20);
         let a = StoredChunk::encode(&text, 3);
         assert_eq!(a.codec, CODEC_ZSTD);
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        let random: Vec<u8> = (0..1000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let random = cairn_kv::testing::noise(2, 1000);
         let b = StoredChunk::encode(&random, 3);
         assert_eq!(b.codec, CODEC_RAW, "incompressible data is stored raw");
         let ida = crate::HashAlgo::Blake3.hash(&text);

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use cairn_kv::testing::noise;
 use minio::{BUCKET, Minio};
 
 fn command(minio: &Minio, data: &Path, args: &[&str]) -> Command {
@@ -44,19 +45,6 @@ fn data_dir(root: &Path, minio: &Minio, prefix: &str, extra: &str) -> PathBuf {
     );
     fs::write(d.join("cairn.toml"), toml).unwrap();
     d
-}
-
-/// Deterministic incompressible bytes.
-fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// A source tree of `files` incompressible files of 100 KiB in nested directories, and some

@@ -187,15 +187,7 @@ mod tests {
 
     #[test]
     fn incompressible_data_is_stored_raw() {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        let data: Vec<u8> = (0..4096)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let data = crate::testing::noise(1, 4096);
         for kind in KINDS {
             let (tag, stored) = compress_block(kind, &data);
             assert_eq!(tag, TAG_NONE);

@@ -10,6 +10,7 @@ pub mod iter;
 pub mod key;
 pub mod options;
 pub mod storage;
+pub mod testing;
 
 // -- storage implementations and log format --
 pub mod log;

@@ -15,12 +15,23 @@ use crate::{config, noise};
 
 const CACHE: u64 = 600 << 10;
 
-fn try_open(storage: &MemStorage) -> Option<(Db, Store, Arc<LocalBackend>)> {
+/// The engine and a store whose sealed packs go to `backend`, on `storage`.
+fn open_on(storage: &MemStorage, backend: Arc<dyn Backend>) -> Option<(Db, Store)> {
     let s: Arc<dyn Storage> = Arc::new(storage.clone());
     let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).ok()?;
-    let backend = Arc::new(LocalBackend::new(s.clone(), "/remote").ok()?);
-    let remote = Remote { backend: backend.clone(), cache_bytes: CACHE };
+    let remote = Remote { backend, cache_bytes: CACHE };
     let store = Store::open_with_remote(db.clone(), s, PACKS, config(), Some(remote)).ok()?;
+    Some((db, store))
+}
+
+/// The backend directory `/remote` on `storage`.
+fn backend_dir(storage: &MemStorage) -> io::Result<LocalBackend> {
+    LocalBackend::new(Arc::new(storage.clone()), "/remote")
+}
+
+fn try_open(storage: &MemStorage) -> Option<(Db, Store, Arc<LocalBackend>)> {
+    let backend = Arc::new(backend_dir(storage).ok()?);
+    let (db, store) = open_on(storage, backend.clone())?;
     Some((db, store, backend))
 }
 
@@ -181,14 +192,33 @@ fn parallel_readers_of_a_cold_cache_download_each_pack_once() {
     assert!(store.verify().unwrap().is_ok());
 }
 
-/// A backend that can be switched off: every call fails as a refused connection.
+/// The backend directory, with two controls for tests: switched off (`down`), every call
+/// fails as a refused connection; with uploads held back, each waits for a permit.
 #[derive(Debug)]
-struct Switchable {
-    inner: Arc<LocalBackend>,
+struct Controlled {
+    inner: LocalBackend,
     down: AtomicBool,
+    permits: parking_lot::Mutex<u64>,
+    changed: parking_lot::Condvar,
 }
 
-impl Switchable {
+impl Controlled {
+    /// Up, with `permits` uploads allowed.
+    fn new(storage: &MemStorage, permits: u64) -> Arc<Controlled> {
+        Arc::new(Controlled {
+            inner: backend_dir(storage).unwrap(),
+            down: AtomicBool::new(false),
+            permits: parking_lot::Mutex::new(permits),
+            changed: parking_lot::Condvar::new(),
+        })
+    }
+
+    fn release(&self, n: u64) {
+        let mut p = self.permits.lock();
+        *p = p.saturating_add(n);
+        self.changed.notify_all();
+    }
+
     fn check(&self) -> io::Result<()> {
         match self.down.load(Ordering::SeqCst) {
             true => Err(io::Error::new(io::ErrorKind::ConnectionRefused, "backend down")),
@@ -197,12 +227,18 @@ impl Switchable {
     }
 }
 
-impl Backend for Switchable {
+impl Backend for Controlled {
     fn location(&self) -> String {
         self.inner.location()
     }
     fn upload(&self, no: u64, path: &Path) -> io::Result<()> {
         self.check()?;
+        let mut p = self.permits.lock();
+        while *p == 0 {
+            self.changed.wait(&mut p);
+        }
+        *p -= 1;
+        drop(p);
         self.inner.upload(no, path)
     }
     fn download(&self, no: u64) -> io::Result<Vec<u8>> {
@@ -226,16 +262,8 @@ impl Backend for Switchable {
 #[test]
 fn an_unreachable_backend_leaves_local_data_usable_and_loses_nothing() {
     let storage = MemStorage::new();
-    let s: Arc<dyn Storage> = Arc::new(storage.clone());
-    let backend = Arc::new(Switchable {
-        inner: Arc::new(LocalBackend::new(s.clone(), "/remote").unwrap()),
-        down: AtomicBool::new(false),
-    });
-    let open = || {
-        let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).unwrap();
-        let remote = Remote { backend: backend.clone(), cache_bytes: CACHE };
-        (db.clone(), Store::open_with_remote(db, s.clone(), PACKS, config(), Some(remote)).unwrap())
-    };
+    let backend = Controlled::new(&storage, u64::MAX);
+    let open = || open_on(&storage, backend.clone()).unwrap();
     let (db, store) = open();
     let ids: Vec<Id> = (0..30).map(|i| store.put(&blob(i)).unwrap().id).collect();
     store.seal().unwrap();
@@ -294,63 +322,14 @@ fn an_unreachable_backend_leaves_local_data_usable_and_loses_nothing() {
     }
 }
 
-/// A backend whose uploads wait for permits handed out by the test.
-#[derive(Debug)]
-struct Gated {
-    inner: Arc<LocalBackend>,
-    permits: parking_lot::Mutex<u64>,
-    changed: parking_lot::Condvar,
-}
-
-impl Gated {
-    fn release(&self, n: u64) {
-        *self.permits.lock() += n;
-        self.changed.notify_all();
-    }
-}
-
-impl Backend for Gated {
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn upload(&self, no: u64, path: &Path) -> io::Result<()> {
-        let mut p = self.permits.lock();
-        while *p == 0 {
-            self.changed.wait(&mut p);
-        }
-        *p -= 1;
-        drop(p);
-        self.inner.upload(no, path)
-    }
-    fn download(&self, no: u64) -> io::Result<Vec<u8>> {
-        self.inner.download(no)
-    }
-    fn read_at(&self, no: u64, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        self.inner.read_at(no, offset, len)
-    }
-    fn list(&self) -> io::Result<Vec<(u64, u64)>> {
-        self.inner.list()
-    }
-    fn delete(&self, no: u64) -> io::Result<()> {
-        self.inner.delete(no)
-    }
-}
-
 #[test]
 fn uploads_run_behind_the_commits_with_a_bounded_backlog() {
     let storage = MemStorage::new();
-    let s: Arc<dyn Storage> = Arc::new(storage.clone());
-    let backend = Arc::new(Gated {
-        inner: Arc::new(LocalBackend::new(s.clone(), "/remote").unwrap()),
-        permits: parking_lot::Mutex::new(0),
-        changed: parking_lot::Condvar::new(),
-    });
-    let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).unwrap();
-    let remote = Remote { backend: backend.clone(), cache_bytes: CACHE };
-    let store = Store::open_with_remote(db.clone(), s, PACKS, config(), Some(remote)).unwrap();
+    let backend = Controlled::new(&storage, 0);
+    let (_db, store) = open_on(&storage, backend.clone()).unwrap();
     // Whatever happens, the held-back uploads are let go at the end (dropping the store waits
     // for them).
-    struct ReleaseAll<'a>(&'a Gated);
+    struct ReleaseAll<'a>(&'a Controlled);
     impl Drop for ReleaseAll<'_> {
         fn drop(&mut self) {
             self.0.release(1 << 20);
@@ -404,15 +383,8 @@ fn uploads_run_behind_the_commits_with_a_bounded_backlog() {
 #[test]
 fn gc_while_uploads_are_queued_collects_cleanly() {
     let storage = MemStorage::new();
-    let s: Arc<dyn Storage> = Arc::new(storage.clone());
-    let backend = Arc::new(Gated {
-        inner: Arc::new(LocalBackend::new(s.clone(), "/remote").unwrap()),
-        permits: parking_lot::Mutex::new(0),
-        changed: parking_lot::Condvar::new(),
-    });
-    let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).unwrap();
-    let remote = Remote { backend: backend.clone(), cache_bytes: CACHE };
-    let store = Store::open_with_remote(db.clone(), s, PACKS, config(), Some(remote)).unwrap();
+    let backend = Controlled::new(&storage, 0);
+    let (_db, store) = open_on(&storage, backend.clone()).unwrap();
     // Packs sealed and queued behind held-back uploads, half of their blobs released.
     let ids: Vec<Id> = (0..12).map(|i| store.put(&blob(i)).unwrap().id).collect();
     for id in ids.iter().step_by(2) {

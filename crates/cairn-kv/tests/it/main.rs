@@ -29,15 +29,4 @@ pub fn keys(it: impl Iterator<Item = cairn_kv::Result<cairn_kv::KvPair>>) -> Vec
     it.map(|r| String::from_utf8(r.unwrap().0.to_vec()).unwrap()).collect()
 }
 
-/// `len` incompressible pseudo-random bytes, the same for the same `seed`.
-pub fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+pub use cairn_kv::testing::noise;

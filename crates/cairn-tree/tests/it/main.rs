@@ -31,18 +31,7 @@ pub fn write(path: &Path, content: &[u8], mode: u32) {
     f.set_modified(SystemTime::now() - Duration::from_secs(5)).unwrap();
 }
 
-/// Deterministic incompressible bytes.
-pub fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+pub use cairn_kv::testing::noise;
 
 /// A small project tree: nested dirs, an executable, a symlink, empty file and directory.
 pub fn project(root: &Path, flavor: u8) {
