@@ -40,13 +40,16 @@ export MINIO_ROOT_USER=benchadmin MINIO_ROOT_PASSWORD=bench-secret-123
 "$MINIO" server "$WORK/minio" --address "127.0.0.1:$PORT" --console-address "127.0.0.1:$((PORT + 1))" \
   >"$WORK/minio.log" 2>&1 &
 MINIO_PID=$!
-trap 'kill $MINIO_PID 2>/dev/null; wait $MINIO_PID 2>/dev/null || true; rm -rf "$OUT"' EXIT
+cleanup() {
+  [ -n "${S3_RATE:-}" ] && tc qdisc del dev lo root 2>/dev/null
+  kill "$MINIO_PID" 2>/dev/null; wait "$MINIO_PID" 2>/dev/null || true; rm -rf "$OUT"
+}
+trap cleanup EXIT
 until curl -sf "http://127.0.0.1:$PORT/minio/health/live" >/dev/null; do sleep 0.2; done
 ENDPOINT="http://127.0.0.1:$PORT"
 if [ -n "${S3_RATE:-}" ]; then
   need tc || { apt-get update -qq && apt-get install -y -qq iproute2 >/dev/null; }
   tc qdisc replace dev lo root tbf rate "$S3_RATE" burst 256kb latency 100ms
-  trap 'tc qdisc del dev lo root 2>/dev/null; kill $MINIO_PID 2>/dev/null; wait $MINIO_PID 2>/dev/null || true; rm -rf "$OUT"' EXIT
 fi
 export AWS_ACCESS_KEY_ID=$MINIO_ROOT_USER AWS_SECRET_ACCESS_KEY=$MINIO_ROOT_PASSWORD RESTIC_PASSWORD=bench
 
