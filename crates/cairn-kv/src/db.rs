@@ -311,6 +311,18 @@ impl Drop for Handle {
 }
 
 fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Result<()> {
+    if inner.shutting_down.load(Ordering::Acquire) {
+        return Ok(());
+    }
+    let unflushed = {
+        let st = inner.state.lock();
+        st.imms.iter().chain(std::iter::once(&st.mem)).map(|m| m.approximate_bytes()).sum::<usize>()
+    };
+    let flushed = match inner.opts.flush_on_close_bytes {
+        0 => Ok(()),
+        min if unflushed >= min && !inner.is_poisoned() => flush_all(inner),
+        _ => Ok(()),
+    };
     if inner.shutting_down.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
@@ -326,7 +338,23 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     }
     // Make writes that did not ask for fsync durable on a clean close.
     let mut wal = inner.wal.lock();
-    wal.writer.sync()
+    wal.writer.sync()?;
+    flushed
+}
+
+/// Freezes the memtable and waits until every frozen memtable is flushed to a table.
+fn flush_all(inner: &Arc<DbInner>) -> Result<()> {
+    inner.check_poisoned()?;
+    {
+        let mut wal = inner.wal.lock();
+        crate::write::switch_memtable(inner, &mut wal, true)?;
+    }
+    let mut st = inner.state.lock();
+    while !st.imms.is_empty() {
+        inner.check_poisoned()?;
+        inner.bg_cv.wait(&mut st);
+    }
+    Ok(())
 }
 
 impl Db {
@@ -435,18 +463,7 @@ impl Db {
 
     /// Freezes the memtable and waits until every frozen memtable is flushed to a table.
     pub fn flush(&self) -> Result<()> {
-        let inner = self.inner();
-        inner.check_poisoned()?;
-        {
-            let mut wal = inner.wal.lock();
-            crate::write::switch_memtable(inner, &mut wal, true)?;
-        }
-        let mut st = inner.state.lock();
-        while !st.imms.is_empty() {
-            inner.check_poisoned()?;
-            inner.bg_cv.wait(&mut st);
-        }
-        Ok(())
+        flush_all(self.inner())
     }
 
     /// Waits until no compaction is running or needed.

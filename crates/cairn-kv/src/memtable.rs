@@ -91,6 +91,11 @@ impl Memtable {
         self.map.is_empty() && self.range_dels.read().list.is_empty()
     }
 
+    /// What inserting `key` with `value` adds to [`Memtable::approximate_bytes`].
+    pub(crate) fn entry_bytes(key: &[u8], value: &[u8]) -> usize {
+        key.len() + 8 + value.len() + ENTRY_OVERHEAD
+    }
+
     fn note_bytes(&self, bytes: usize) {
         self.approx_bytes.fetch_add(bytes + ENTRY_OVERHEAD, AtOrd::Relaxed);
     }

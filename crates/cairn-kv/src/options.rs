@@ -57,6 +57,11 @@ pub struct Options {
     pub num_levels: usize,
     /// Background threads for compaction; one more thread flushes memtables (default 2).
     pub compaction_threads: usize,
+    /// A clean close flushes the memtables when they hold at least this many bytes (default
+    /// 1 MiB; 0 never flushes at close). The next open then has no log to replay, which is what
+    /// short-lived processes (a CLI command after one that wrote a lot) pay for otherwise.
+    /// Less than this stays in the write-ahead log, replayed at the next open.
+    pub flush_on_close_bytes: usize,
 }
 
 impl Default for Options {
@@ -81,6 +86,7 @@ impl Default for Options {
             level_size_multiplier: 10,
             num_levels: 7,
             compaction_threads: 2,
+            flush_on_close_bytes: 1 << 20,
         }
     }
 }

@@ -116,23 +116,37 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             }
             torn = true;
         }
-        for (offset, payload) in records {
-            let rec = decode_record(&payload)
+        // Point entries are inserted in key order, a memtable's worth at a time: a skiplist
+        // filled in order touches only its recently inserted nodes, several times faster than
+        // the log's (random) order.
+        let mut pending = Vec::new();
+        let mut pending_bytes = 0;
+        for (offset, payload) in &records {
+            let rec = decode_record(payload)
                 .map_err(|(at, why)| Error::corruption(&path, offset + at as u64, format!("bad write batch: {why}")))?;
             for (seq, op) in (rec.base_seq..).zip(rec.ops) {
                 match op {
-                    BatchOp::Put(k, v) => mem.insert(k, seq, ValueKind::Put, v),
-                    BatchOp::Delete(k) => mem.insert(k, seq, ValueKind::Delete, &[]),
+                    BatchOp::Put(k, v) => {
+                        pending_bytes += Memtable::entry_bytes(k, v);
+                        pending.push((k, seq, ValueKind::Put, v));
+                    }
+                    BatchOp::Delete(k) => {
+                        pending_bytes += Memtable::entry_bytes(k, &[]);
+                        pending.push((k, seq, ValueKind::Delete, &[][..]));
+                    }
                     BatchOp::DeleteRange(s, e) => mem.insert_range_delete(s, e, seq),
                 }
                 last_seq = last_seq.max(seq);
             }
-            if mem.approximate_bytes() >= opts.memtable_size {
+            if mem.approximate_bytes() + pending_bytes >= opts.memtable_size {
+                insert_sorted(&mem, &mut pending);
+                pending_bytes = 0;
                 flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
                 mem = Arc::new(Memtable::new(0, opts.memtable_size));
                 flushed_during_replay = true;
             }
         }
+        insert_sorted(&mem, &mut pending);
     }
     // After a clean shutdown the replayed logs are intact: keep their memtable frozen, with the
     // logs, for the background flush, so opening does not wait for a table to be written.
@@ -181,6 +195,15 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     };
     let wal = Wal { writer };
     Ok(DbInner::new(dir.to_path_buf(), opts, storage, table_cache, block_cache, cleaner, state, wal, last_seq, lock))
+}
+
+/// Inserts replayed point entries into `mem` in internal-key order (user key ascending, newest
+/// first), emptying `pending`.
+fn insert_sorted(mem: &Memtable, pending: &mut Vec<(&[u8], SeqNo, ValueKind, &[u8])>) {
+    pending.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
+    for (k, seq, kind, v) in pending.drain(..) {
+        mem.insert(k, seq, kind, v);
+    }
 }
 
 fn flush_recovered(

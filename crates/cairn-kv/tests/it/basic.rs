@@ -104,6 +104,42 @@ fn data_survives_reopen_on_real_files() {
     assert!(db.stats().levels.iter().any(|l| l.tables > 0), "data reached tables");
 }
 
+/// Bytes of write-ahead log in `dir` (each log starts with a header of its own).
+fn log_bytes(dir: &std::path::Path) -> u64 {
+    let logs = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "log"));
+    logs.map(|e| e.metadata().unwrap().len()).sum()
+}
+
+#[test]
+fn a_clean_close_flushes_a_large_memtable_and_keeps_a_small_one_in_the_log() {
+    let opts = |min| Options { memtable_size: 64 << 20, flush_on_close_bytes: min, ..Options::default() };
+    let write = |db: &Db, n: u32| {
+        for i in 0..n {
+            db.put(format!("key{i:05}"), vec![i as u8; 100]).unwrap();
+        }
+    };
+    for (min, n, flushes) in [(64 << 10, 2000, true), (64 << 10, 100, false), (0, 2000, false)] {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Db::open(dir.path(), opts(min)).unwrap();
+        write(&db, n);
+        let held = db.stats().memtable_bytes;
+        assert_eq!(held >= 64 << 10, n == 2000, "{held} bytes in the memtable");
+        db.close().unwrap();
+        // Only the logs' headers remain when the close flushed; the writes otherwise.
+        assert_eq!(log_bytes(dir.path()) < 100, flushes, "threshold {min}, {n} keys");
+        let db = Db::open(dir.path(), opts(min)).unwrap();
+        if flushes {
+            // (Otherwise the replayed memtable may be flushed in the background by now.)
+            assert!(db.stats().levels.iter().any(|l| l.tables > 0), "the close wrote a table");
+        }
+        assert_eq!(db.iter().count(), n as usize);
+        assert_eq!(db.get(format!("key{:05}", n - 1)).unwrap().as_deref(), Some(&vec![(n - 1) as u8; 100][..]));
+    }
+}
+
 #[test]
 fn second_open_is_refused_while_locked() {
     let dir = tempfile::tempdir().unwrap();
