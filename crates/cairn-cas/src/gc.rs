@@ -6,13 +6,73 @@
 //! row names (orphans); a crash after it leaves old packs no row names. Either kind of orphan
 //! is deleted by the next collection.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cairn_kv::WriteBatch;
 
 use crate::index::{self, ChunkRow, PackRow};
 use crate::pack::{self, PackWriter};
+use crate::store::WriterState;
 use crate::{Error, Id, Result, Store};
+
+/// Raw bytes of live chunks collected before they are regrouped and written.
+const MOVE_BATCH: usize = 8 << 20;
+
+/// Writes the live chunks of collected packs into new packs.
+struct Mover {
+    wb: WriteBatch,
+    new_rows: BTreeMap<u64, PackRow>,
+    out: Option<PackWriter>,
+    moved: u64,
+}
+
+impl Mover {
+    fn write(
+        &mut self,
+        store: &Store,
+        w: &mut WriterState,
+        chunks: Vec<(Id, Vec<u8>)>,
+        refs: &HashMap<Id, u64>,
+    ) -> Result<()> {
+        let inner = &store.inner;
+        for g in crate::store::encode_groups(&chunks, inner.group_target, inner.zstd_level) {
+            if self.out.as_ref().is_some_and(|p| p.len() >= inner.pack_target)
+                && let Some(mut p) = self.out.take()
+            {
+                p.sync()?;
+            }
+            let p = match &mut self.out {
+                Some(p) => p,
+                None => {
+                    let no = w.next_pack;
+                    w.next_pack += 1;
+                    self.out.insert(PackWriter::create(&inner.storage, &inner.dir, no)?)
+                }
+            };
+            let offset = p.append_group(&g)?;
+            let (entry_len, group_raw) = (g.entry_len(), g.raw_len() as u32);
+            let nr = self.new_rows.entry(p.no).or_default();
+            nr.total += entry_len;
+            nr.live += entry_len;
+            let mut at = 0u32;
+            for (id, raw_len) in &g.dir {
+                let refs = refs.get(id).copied().unwrap_or(1);
+                let row = ChunkRow {
+                    pack: p.no,
+                    offset,
+                    entry_len: entry_len as u32,
+                    raw_len: *raw_len,
+                    refs,
+                    group: Some((at, group_raw)),
+                };
+                at += raw_len;
+                self.wb.put(index::key(index::CHUNK_PREFIX, id), row.encode())?;
+                self.moved += 1;
+            }
+        }
+        Ok(())
+    }
+}
 
 /// What a collection did.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -100,34 +160,34 @@ impl Store {
                 moves.push((id, row));
             }
         }
-        // Copy in pack order for sequential reads.
+        // Copy in pack order for sequential reads; decode each entry once and regroup its live
+        // chunks (a group of which some chunks died is rewritten without them).
         moves.sort_by_key(|(_, r)| (r.pack, r.offset));
-        let mut wb = WriteBatch::new();
-        let mut new_rows: BTreeMap<u64, PackRow> = BTreeMap::new();
-        let mut out: Option<PackWriter> = None;
+        let mut m = Mover { wb: WriteBatch::new(), new_rows: BTreeMap::new(), out: None, moved: 0 };
+        let mut todo: Vec<(Id, Vec<u8>)> = Vec::new();
+        let mut refs: HashMap<Id, u64> = HashMap::new();
+        let mut todo_bytes = 0;
+        let mut entry: Option<((u64, u64), pack::Entry)> = None;
         for (id, row) in &moves {
-            let path = pack::pack_path(dir, row.pack);
-            let stored = pack::read_entry(inner.pack_file(row.pack)?.as_ref(), &path, row.offset, id, row.stored_len)?;
-            if out.as_ref().is_some_and(|p| p.len() >= inner.pack_target)
-                && let Some(mut p) = out.take()
-            {
-                p.sync()?;
+            let key = (row.pack, row.offset);
+            let decoded = match entry.take() {
+                Some((k, e)) if k == key => e,
+                _ => inner.read_entry_in(inner.pack_file(row.pack)?.as_ref(), row, id)?,
+            };
+            let raw = inner.chunk_of(&decoded, id, row)?;
+            entry = Some((key, decoded));
+            todo_bytes += raw.len();
+            todo.push((*id, raw));
+            refs.insert(*id, row.refs);
+            if todo_bytes >= MOVE_BATCH {
+                m.write(self, &mut w, std::mem::take(&mut todo), &refs)?;
+                todo_bytes = 0;
             }
-            if out.is_none() {
-                let no = w.next_pack;
-                w.next_pack += 1;
-                out = Some(PackWriter::create(storage, dir, no)?);
-            }
-            let Some(p) = out.as_mut() else { continue };
-            let offset = p.append(id, &stored)?;
-            let moved = ChunkRow { pack: p.no, offset, ..*row };
-            let nr = new_rows.entry(p.no).or_default();
-            nr.total += moved.entry_len();
-            nr.live += moved.entry_len();
-            wb.put(index::key(index::CHUNK_PREFIX, id), moved.encode())?;
-            report.chunks_moved += 1;
         }
-        if let Some(mut p) = out.take() {
+        m.write(self, &mut w, todo, &refs)?;
+        report.chunks_moved = m.moved;
+        let Mover { mut wb, new_rows, out, .. } = m;
+        if let Some(mut p) = out {
             p.sync()?;
         }
         storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;

@@ -112,40 +112,69 @@ impl Meta {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct ChunkRow {
     pub pack: u64,
+    /// Offset of the entry holding the chunk.
     pub offset: u64,
-    pub stored_len: u32,
+    /// Bytes of that whole entry.
+    pub entry_len: u32,
     pub raw_len: u32,
     pub refs: u64,
+    /// `None`: a version 1 single entry; `Some((inner, group_raw))`: a group entry, the chunk
+    /// at raw offset `inner` of the group's `group_raw` bytes.
+    pub group: Option<(u32, u32)>,
 }
 
 impl ChunkRow {
     pub fn encode(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(32);
+        let mut v = Vec::with_capacity(40);
         v.extend_from_slice(&self.pack.to_le_bytes());
         v.extend_from_slice(&self.offset.to_le_bytes());
-        v.extend_from_slice(&self.stored_len.to_le_bytes());
+        match self.group {
+            // Version 1 rows hold the stored length, not the entry's.
+            None => {
+                v.extend_from_slice(&self.entry_len.saturating_sub(crate::pack::ENTRY_OVERHEAD as u32).to_le_bytes())
+            }
+            Some(_) => v.extend_from_slice(&self.entry_len.to_le_bytes()),
+        }
         v.extend_from_slice(&self.raw_len.to_le_bytes());
         v.extend_from_slice(&self.refs.to_le_bytes());
+        if let Some((inner, group_raw)) = self.group {
+            v.extend_from_slice(&inner.to_le_bytes());
+            v.extend_from_slice(&group_raw.to_le_bytes());
+        }
         v
     }
 
     pub fn decode(b: &[u8]) -> Result<ChunkRow> {
         let f = || -> Option<ChunkRow> {
-            (b.len() == 32).then_some(())?;
+            let group = match b.len() {
+                32 => None,
+                40 => Some((u32_at(b, 32)?, u32_at(b, 36)?)),
+                _ => return None,
+            };
+            let len = u32_at(b, 16)?;
+            let entry_len = match group {
+                None => len.checked_add(crate::pack::ENTRY_OVERHEAD as u32)?,
+                Some(_) => len,
+            };
             Some(ChunkRow {
                 pack: u64_at(b, 0)?,
                 offset: u64_at(b, 8)?,
-                stored_len: u32_at(b, 16)?,
+                entry_len,
                 raw_len: u32_at(b, 20)?,
                 refs: u64_at(b, 24)?,
+                group,
             })
         };
         f().ok_or_else(|| bad("chunk"))
     }
 
-    /// Bytes the entry occupies in its pack.
-    pub fn entry_len(&self) -> u64 {
-        self.stored_len as u64 + crate::pack::ENTRY_OVERHEAD
+    /// The chunk's share of its entry's bytes: the whole entry for a single entry, a part
+    /// proportional to its raw length in a group. Pack rows count live bytes in shares.
+    pub fn share(&self) -> u64 {
+        match self.group {
+            Some((_, group_raw)) if group_raw > 0 => self.entry_len as u64 * self.raw_len as u64 / group_raw as u64,
+            _ => self.entry_len as u64,
+        }
     }
 }
 
@@ -224,8 +253,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn rows_round_trip(pack: u64, offset: u64, stored_len: u32, raw_len: u32, refs: u64, n in 0usize..5) {
-            let c = ChunkRow { pack, offset, stored_len, raw_len, refs };
+        fn rows_round_trip(pack: u64, offset: u64, len: u32, raw_len: u32, refs: u64, group: Option<(u32, u32)>, n in 0usize..5) {
+            // A version 1 row's entry is at least its header and checksum long.
+            let entry_len = if group.is_some() { len } else { len.max(crate::pack::ENTRY_OVERHEAD as u32) };
+            let c = ChunkRow { pack, offset, entry_len, raw_len, refs, group };
             prop_assert_eq!(ChunkRow::decode(&c.encode()).unwrap(), c);
             let ids: Vec<Id> = (0..n).map(|i| Id([i as u8; 32])).collect();
             let b = BlobRow { refs, size: offset, chunk_count: n as u64, first_page: ids };

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 
 use crate::index::{self, BlobRow, ChunkRow};
+use crate::pack;
 use crate::{Error, Id, Result, Store};
 
 /// One damaged chunk and the blobs it breaks.
@@ -72,34 +73,51 @@ impl Store {
         sorted.sort_by_key(|(_, r)| (r.pack, r.offset));
         // With a backend, uploaded packs are reread from it, not from local copies.
         let mut fetched: Option<(u64, std::io::Result<MemPack>)> = None;
+        // The last entry decoded (a group holds many chunks in a row), or what is wrong with it.
+        let mut entry: Option<((u64, u64), std::result::Result<pack::Entry, String>)> = None;
         for (id, row) in sorted {
             report.chunks += 1;
-            let uploaded_to = inner.remote.as_ref().filter(|_| inner.remote_state.lock().uploaded.contains(&row.pack));
-            let read = if let Some(r) = uploaded_to {
-                if fetched.as_ref().is_none_or(|(no, _)| *no != row.pack) {
-                    fetched = Some((row.pack, r.backend.download(row.pack).map(MemPack)));
-                }
-                match fetched.as_ref().map(|(_, f)| f) {
-                    Some(Ok(f)) => inner.read_chunk_in(f, id, row),
-                    Some(Err(e)) => Err(inner.remote_err(Some(row.pack), std::io::Error::new(e.kind(), e.to_string()))),
-                    None => unreachable!("fetched above"),
-                }
-            } else {
-                // No backend, or a pack not uploaded yet (only the local copy exists).
-                inner.read_chunk(id)
-            };
-            match read {
-                Ok(raw) => report.bytes += raw.len() as u64,
-                // An unreachable backend says nothing about the data: the check fails instead.
-                Err(e @ Error::Backend { .. }) if !is_not_found(&e) => return Err(e),
-                Err(e) => {
-                    let problem = match &e {
+            let key = (row.pack, row.offset);
+            if entry.as_ref().is_none_or(|(k, _)| *k != key) {
+                let uploaded_to =
+                    inner.remote.as_ref().filter(|_| inner.remote_state.lock().uploaded.contains(&row.pack));
+                let decoded = if let Some(r) = uploaded_to {
+                    if fetched.as_ref().is_none_or(|(no, _)| *no != row.pack) {
+                        fetched = Some((row.pack, r.backend.download(row.pack).map(MemPack)));
+                    }
+                    match fetched.as_ref().map(|(_, f)| f) {
+                        Some(Ok(f)) => inner.read_entry_in(f, row, id),
+                        Some(Err(e)) => {
+                            Err(inner.remote_err(Some(row.pack), std::io::Error::new(e.kind(), e.to_string())))
+                        }
+                        None => unreachable!("fetched above"),
+                    }
+                } else {
+                    // No backend, or a pack not uploaded yet (only the local copy exists).
+                    inner.pack_file(row.pack).and_then(|f| inner.read_entry_in(f.as_ref(), row, id))
+                };
+                let decoded = match decoded {
+                    Ok(e) => Ok(e),
+                    // An unreachable backend says nothing about the data: the check fails instead.
+                    Err(e @ Error::Backend { .. }) if !is_not_found(&e) => return Err(e),
+                    Err(e) => Err(match &e {
                         Error::Io { path, source } if source.kind() == std::io::ErrorKind::NotFound => {
                             format!("pack {} is missing", path.display())
                         }
                         Error::Backend { object, .. } => format!("pack {object} is missing from the backend"),
                         other => other.to_string(),
-                    };
+                    }),
+                };
+                entry = Some((key, decoded));
+            }
+            let read = match entry.as_ref().map(|(_, e)| e) {
+                Some(Ok(e)) => inner.chunk_of(e, id, row).map_err(|e| e.to_string()),
+                Some(Err(problem)) => Err(problem.clone()),
+                None => unreachable!("decoded above"),
+            };
+            match read {
+                Ok(raw) => report.bytes += raw.len() as u64,
+                Err(problem) => {
                     damaged.insert(
                         *id,
                         Damage { chunk: *id, pack: row.pack, offset: row.offset, problem, blobs: Vec::new() },

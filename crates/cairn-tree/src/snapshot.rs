@@ -120,7 +120,6 @@ impl Writer<'_> {
         b.kv_put(rows::own_key(&o.id), [])?;
         self.owned.insert(o.id);
         self.blobs_stored += 1;
-        self.bytes_stored += o.stored_bytes;
         Ok(o.id)
     }
 }
@@ -270,7 +269,7 @@ impl Trees {
             source: dir.to_string_lossy().into_owned(),
         };
         b.kv_put(rows::key(rows::SNAP_PREFIX, name.as_bytes()), info.encode())?;
-        b.commit()?;
+        w.bytes_stored += b.commit()?;
         Ok(SnapshotStats {
             info,
             files_read: total - files_cached,
@@ -321,7 +320,7 @@ impl Trees {
             ids[i] = Some(id);
             report(1, meta.size);
         }
-        b.commit()?;
+        w.bytes_stored += b.commit()?;
         Ok(())
     }
 }

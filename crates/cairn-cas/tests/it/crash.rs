@@ -59,8 +59,8 @@ fn check(storage: &MemStorage, acked: &[(u64, Id)], cut: u64) -> Store {
 #[test]
 fn power_cut_during_ingest() {
     let probe = MemStorage::new();
-    let all = ingest(&probe, 30);
-    assert_eq!(all.len(), 40);
+    let all = ingest(&probe, 45);
+    assert_eq!(all.len(), 60);
     let total = probe.mutating_ops();
     assert!(total > 300, "the workload spans packs, flushes and compactions ({total} ops)");
     eprintln!("ingest workload: {total} mutating storage operations");
@@ -69,7 +69,7 @@ fn power_cut_during_ingest() {
     while cut < total {
         let storage = MemStorage::new();
         storage.fail_after(cut);
-        let acked = ingest(&storage, 30);
+        let acked = ingest(&storage, 45);
         storage.crash();
         let store = check(&storage, &acked, cut);
         // The store keeps working after recovery.
