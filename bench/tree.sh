@@ -8,8 +8,9 @@
 #
 # Builds the data sets under $BENCH_DATA (default /tmp/bench-data) with npm (a Next.js + React
 # app, and a second app sharing most packages), installs restic and borg from Debian if missing,
-# builds cairn in release, then for every tool and data set measures, with a warm page cache and
-# a fresh repository per run: first ingest, unchanged re-ingest, ingest of the second project
+# builds cairn in release, then for every tool and data set measures, with a warm page cache
+# (the tree, or the repository before a restore, is read right before each timed step) and a
+# fresh repository per run: first ingest, unchanged re-ingest, ingest of the second project
 # into the same repository (cross-project dedup), and checkout/restore. Prints medians of RUNS
 # runs (default 3) and the repository size.
 set -euo pipefail
@@ -56,10 +57,13 @@ run_set() { # label, SRC, SECOND
       repo="$WORK/$tool-repo"
       "${tool}_init" "$repo"
       [ "$tool" = git ] && rm -f "$repo/index"
+      warm "$src"
       first+=("$(secs "${tool}_ingest" "$repo" "$src" a1)")
+      warm "$src"
       again+=("$(secs "${tool}_ingest" "$repo" "$src" a2)")
-      if [ -n "$second" ]; then second_t+=("$(secs "${tool}_ingest" "$repo" "$second" b1)"); else second_t+=(0); fi
+      if [ -n "$second" ]; then warm "$second"; second_t+=("$(secs "${tool}_ingest" "$repo" "$second" b1)"); else second_t+=(0); fi
       rm -rf "$WORK/restore"
+      warm "$repo"
       restore+=("$(secs "${tool}_restore" "$repo" a1 "$WORK/restore")")
       # cairn's repository is the engine and the packs; files/ holds the shared copies that
       # hard-link checkouts link to (the checkout's own disk use, like the other tools' restores).
