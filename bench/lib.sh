@@ -11,12 +11,6 @@ secs() { local s e; s=$(date +%s.%N); "$@" >/dev/null 2>&1; e=$(date +%s.%N); ec
 # The median of the numbers on standard input.
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 files() { find "$1" -type f | wc -l; }
-# Reads every file under a directory, so that the timed command that follows finds them in the
-# page cache. (This machine reclaims idle page-cache pages within seconds, so a tree read a
-# minute earlier is cold again: warm it right before each timed step.)
-# Then `sync`, so that the timed step's own fsyncs do not wait for the write-back of the step
-# before it (a deleted repository, a restore of thousands of files).
-warm() { find "$1" -type f -print0 | xargs -0 cat >/dev/null 2>&1 || true; sync; }
 
 # The node_modules data sets: a Next.js + React app (A) and a second app sharing most packages
 # (B), installed with npm into $DATA/next-app and $DATA/next-app2.

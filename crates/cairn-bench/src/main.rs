@@ -17,6 +17,7 @@ mod runner;
 mod serve_bench;
 mod stream;
 mod tables_bench;
+mod trees_bench;
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -56,6 +57,9 @@ enum Cmd {
     /// Record tables (create, read, update, delete, 70/30 mix with 0-2 indexes, index lookup,
     /// range scan, filter evaluation) against SQLite and PostgreSQL.
     Tables(tables_bench::TablesArgs),
+    /// Directory snapshots of real trees (first ingest, unchanged re-ingest, a second project
+    /// into the same repository, restore, repository size) against restic, borg and git.
+    Trees(trees_bench::TreesArgs),
     /// Prints the table again from a `results.jsonl` written by `ycsb`.
     YcsbReport {
         /// The raw results (one JSON line per run).
@@ -135,6 +139,7 @@ fn main() -> ExitCode {
         Cmd::Docs(a) => docs_bench::run(a),
         Cmd::Serve(a) => serve_bench::run(a),
         Cmd::Tables(a) => tables_bench::run(a),
+        Cmd::Trees(a) => trees_bench::run_trees(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
