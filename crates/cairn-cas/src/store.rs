@@ -37,7 +37,8 @@ pub struct StoreConfig {
     pub large_chunks: Option<LargeChunks>,
     /// A pack is closed once it reaches this many bytes (default 64 MiB).
     pub pack_target: u64,
-    /// zstd level for chunks (default 3).
+    /// zstd level for groups (default 2: with 128 KiB groups, level 3 stores 2-5 % less and
+    /// costs 6 % more ingest time on `node_modules`).
     pub zstd_level: i32,
     /// New chunks are stored in groups of up to this many raw bytes, compressed together
     /// (default 128 KiB; a chunk at least this long is stored alone). Small chunks compress
@@ -56,7 +57,7 @@ impl Default for StoreConfig {
             max_chunk: 64 << 10,
             large_chunks: Some(LargeChunks { threshold: 4 << 20, min: 256 << 10, avg: 1 << 20, max: 4 << 20 }),
             pack_target: 64 << 20,
-            zstd_level: 3,
+            zstd_level: 2,
             group_target: 128 << 10,
         }
     }
