@@ -183,25 +183,7 @@ impl Trees {
         //    changing, so it is neither trusted from nor written to the cache.
         let racy_after = started_ns - 1_000_000_000;
         let mut w = Writer { trees: self, owned: HashSet::new(), blobs_stored: 0, bytes_stored: 0 };
-        let mut ids: Vec<Option<Id>> = Vec::with_capacity(all.len());
-        for n in &all {
-            let Node::File { path, meta, .. } = n else { continue };
-            let key = rows::key(rows::CACHE_PREFIX, path.as_os_str().as_bytes());
-            let hit = match self.db.get(&key)?.as_deref().and_then(CacheRow::decode) {
-                Some(c)
-                    if c.size == meta.size
-                        && c.mtime_ns == meta.mtime_ns
-                        && c.ino == meta.ino
-                        && c.ctime_ns == meta.ctime_ns
-                        && meta.mtime_ns < racy_after
-                        && w.is_owned(&c.id)? =>
-                {
-                    Some(c.id)
-                }
-                _ => None,
-            };
-            ids.push(hit);
-        }
+        let mut ids = self.cached_ids(&dir, &all, racy_after, &mut w)?;
         let files_cached = ids.iter().filter(|i| i.is_some()).count() as u64;
         report(files_cached, 0);
 
@@ -283,6 +265,61 @@ impl Trees {
 }
 
 impl Trees {
+    /// The content id of every file of `all` that the inode cache shows unchanged and whose
+    /// content the tree layer still owns (`None` for the others).
+    ///
+    /// The cache rows under `dir` are read in one ordered walk and merged with the files sorted
+    /// by path, and the ownership rows of the hits are looked up in id order: both touch each
+    /// table block once, where a point lookup per file searched the index every time (that was
+    /// a third of an unchanged re-snapshot).
+    fn cached_ids(&self, dir: &Path, all: &[&Node], racy_after: i64, w: &mut Writer<'_>) -> Result<Vec<Option<Id>>> {
+        let mut order: Vec<(&[u8], usize)> = all
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n {
+                Node::File { path, .. } => Some((path.as_os_str().as_bytes(), i)),
+                _ => None,
+            })
+            .collect();
+        order.sort_unstable();
+        let mut under = rows::key(rows::CACHE_PREFIX, dir.as_os_str().as_bytes());
+        if !under.ends_with(b"/") {
+            // (`/` itself ends in one.)
+            under.push(b'/');
+        }
+        let mut candidates: Vec<(Id, usize)> = Vec::new();
+        let mut at = 0;
+        self.db.prefix(&under).for_each_ref(|k, v| -> Result<bool> {
+            let path = &k[rows::CACHE_PREFIX.len()..];
+            while at < order.len() && order[at].0 < path {
+                at += 1;
+            }
+            if at == order.len() {
+                return Ok(false);
+            }
+            if order[at].0 == path
+                && let Some(c) = CacheRow::decode(v)
+                && let Node::File { meta, .. } = all[order[at].1]
+                && c.size == meta.size
+                && c.mtime_ns == meta.mtime_ns
+                && c.ino == meta.ino
+                && c.ctime_ns == meta.ctime_ns
+                && meta.mtime_ns < racy_after
+            {
+                candidates.push((c.id, order[at].1));
+            }
+            Ok(true)
+        })?;
+        candidates.sort_unstable();
+        let mut ids = vec![None; all.len()];
+        for (id, i) in candidates {
+            if w.is_owned(&id)? {
+                ids[i] = Some(id);
+            }
+        }
+        Ok(ids)
+    }
+
     /// Stores one window of prepared files as one batch and records their ids.
     #[allow(clippy::too_many_arguments)]
     fn commit_window(
