@@ -8,6 +8,7 @@
 //! `sync` runs, so every tool starts from a warm page cache and pays no write-back of the
 //! step before it. Prints medians and cairn/peer ratios.
 
+use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -109,6 +110,13 @@ impl Ops<'_> {
         c
     }
 
+    /// `cairn --dir REPO ARGS`, its output discarded.
+    fn cairn(&self, args: &[&OsStr]) -> Command {
+        let mut c = Command::new(self.cairn);
+        c.arg("--dir").arg(&self.repo).args(args).stdout(Stdio::null());
+        c
+    }
+
     fn git(&self, work_tree: &Path) -> Command {
         let mut c = self.cmd("git");
         c.arg(format!("--git-dir={}", self.repo.display())).arg(format!("--work-tree={}", work_tree.display()));
@@ -132,13 +140,7 @@ impl Ops<'_> {
         let r = &self.repo;
         let start = Instant::now();
         match self.tool {
-            Tool::Cairn => run(Command::new(self.cairn)
-                .arg("--dir")
-                .arg(r)
-                .arg("snapshot")
-                .arg(src)
-                .args(["--name", tag])
-                .stdout(Stdio::null()))?,
+            Tool::Cairn => run(&mut self.cairn(&["snapshot".as_ref(), src.as_ref(), "--name".as_ref(), tag.as_ref()]))?,
             Tool::Restic => {
                 run(self.cmd("restic").args(["-q", "--repo"]).arg(r).args(["backup", "--tag", tag]).arg(src))?
             }
@@ -173,13 +175,13 @@ impl Ops<'_> {
         let r = &self.repo;
         let start = Instant::now();
         match self.tool {
-            Tool::Cairn => run(Command::new(self.cairn)
-                .arg("--dir")
-                .arg(r)
-                .args(["checkout", tag])
-                .arg(dest)
-                .args(["--mode", "hardlink"])
-                .stdout(Stdio::null()))?,
+            Tool::Cairn => run(&mut self.cairn(&[
+                "checkout".as_ref(),
+                tag.as_ref(),
+                dest.as_ref(),
+                "--mode".as_ref(),
+                "hardlink".as_ref(),
+            ]))?,
             Tool::Restic => run(self
                 .cmd("restic")
                 .args(["-q", "--repo"])

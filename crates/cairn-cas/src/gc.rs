@@ -50,23 +50,12 @@ impl Mover {
                 }
             };
             let offset = p.append_group(&g)?;
-            let (entry_len, group_raw) = (g.entry_len(), g.raw_len() as u32);
             let nr = self.new_rows.entry(p.no).or_default();
-            nr.total += entry_len;
-            nr.live += entry_len;
-            let mut at = 0u32;
-            for (id, raw_len) in &g.dir {
-                let refs = refs.get(id).copied().unwrap_or(1);
-                let row = ChunkRow {
-                    pack: p.no,
-                    offset,
-                    entry_len: entry_len as u32,
-                    raw_len: *raw_len,
-                    refs,
-                    group: Some((at, group_raw)),
-                };
-                at += raw_len;
-                self.wb.put(index::key(index::CHUNK_PREFIX, id), row.encode())?;
+            nr.total += g.entry_len();
+            nr.live += g.entry_len();
+            for (id, placed) in ChunkRow::in_group(&g, p.no, offset) {
+                let row = ChunkRow { refs: refs.get(&id).copied().unwrap_or(1), ..placed };
+                self.wb.put(index::key(index::CHUNK_PREFIX, &id), row.encode())?;
                 self.moved += 1;
             }
         }

@@ -168,6 +168,17 @@ impl ChunkRow {
         f().ok_or_else(|| bad("chunk"))
     }
 
+    /// The rows of the chunks of group `g`, appended to pack `pack` at `offset` (no references
+    /// yet).
+    pub fn in_group(g: &crate::pack::Group, pack: u64, offset: u64) -> impl Iterator<Item = (Id, ChunkRow)> + '_ {
+        let (entry_len, group_raw) = (g.entry_len() as u32, g.raw_len() as u32);
+        g.dir.iter().scan(0u32, move |inner, &(id, raw_len)| {
+            let row = ChunkRow { pack, offset, entry_len, raw_len, refs: 0, group: Some((*inner, group_raw)) };
+            *inner += raw_len;
+            Some((id, row))
+        })
+    }
+
     /// The chunk's share of its entry's bytes: the whole entry for a single entry, a part
     /// proportional to its raw length in a group. Pack rows count live bytes in shares.
     pub fn share(&self) -> u64 {

@@ -97,16 +97,9 @@ impl StoredChunk {
     #[cfg(test)]
     pub fn encode(raw: &[u8], level: i32) -> StoredChunk {
         let raw_len = raw.len() as u32;
-        let compressed = COMPRESSOR.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.as_ref().is_none_or(|(l, _)| *l != level) {
-                *c = zstd::bulk::Compressor::new(level).ok().map(|z| (level, z));
-            }
-            c.as_mut().and_then(|(_, z)| z.compress(raw).ok())
-        });
-        match compressed {
-            Some(c) if c.len() < raw.len() => StoredChunk { codec: CODEC_ZSTD, raw_len, data: c },
-            _ => StoredChunk { codec: CODEC_RAW, raw_len, data: raw.to_vec() },
+        match compress(raw, level) {
+            Some(c) => StoredChunk { codec: CODEC_ZSTD, raw_len, data: c },
+            None => StoredChunk { codec: CODEC_RAW, raw_len, data: raw.to_vec() },
         }
     }
 
@@ -141,23 +134,16 @@ impl PackWriter {
     /// version 1 data for tests).
     #[cfg(test)]
     pub fn append(&mut self, id: &Id, chunk: &StoredChunk) -> Result<u64> {
-        let offset = self.file.len();
         let mut head = Vec::with_capacity(ENTRY_HEADER_LEN);
         head.extend_from_slice(&(chunk.data.len() as u32).to_le_bytes());
         head.push(chunk.codec);
         head.extend_from_slice(&chunk.raw_len.to_le_bytes());
         head.extend_from_slice(id.as_bytes());
-        let crc = mask_crc(crc32c::crc32c_append(crc32c::crc32c(&head), &chunk.data));
-        let io = |e| Error::io(&self.path, e);
-        self.file.append(&head).map_err(io)?;
-        self.file.append(&chunk.data).map_err(|e| Error::io(&self.path, e))?;
-        self.file.append(&crc.to_le_bytes()).map_err(|e| Error::io(&self.path, e))?;
-        Ok(offset)
+        self.write_entry(&head, &chunk.data)
     }
 
     /// Appends a group entry; returns its offset.
     pub fn append_group(&mut self, g: &Group) -> Result<u64> {
-        let offset = self.file.len();
         let mut head = Vec::with_capacity(GROUP_HEADER_LEN + GROUP_DIR_LINE * g.dir.len());
         head.extend_from_slice(&(g.data.len() as u32).to_le_bytes());
         head.push(g.codec);
@@ -167,11 +153,17 @@ impl PackWriter {
             head.extend_from_slice(id.as_bytes());
             head.extend_from_slice(&len.to_le_bytes());
         }
-        let crc = mask_crc(crc32c::crc32c_append(crc32c::crc32c(&head), &g.data));
-        let io = |e| Error::io(&self.path, e);
-        self.file.append(&head).map_err(io)?;
-        self.file.append(&g.data).map_err(|e| Error::io(&self.path, e))?;
-        self.file.append(&crc.to_le_bytes()).map_err(|e| Error::io(&self.path, e))?;
+        self.write_entry(&head, &g.data)
+    }
+
+    /// Appends an entry: its header, its stored bytes and the masked CRC32C of both; returns
+    /// its offset.
+    fn write_entry(&mut self, head: &[u8], data: &[u8]) -> Result<u64> {
+        let offset = self.file.len();
+        let crc = mask_crc(crc32c::crc32c_append(crc32c::crc32c(head), data));
+        for part in [head, data, &crc.to_le_bytes()] {
+            self.file.append(part).map_err(|e| Error::io(&self.path, e))?;
+        }
         Ok(offset)
     }
 
@@ -274,16 +266,9 @@ impl Group {
             raw.extend_from_slice(d);
         }
         let dir = chunks.iter().map(|(id, d)| (*id, d.len() as u32)).collect();
-        let compressed = COMPRESSOR.with(|c| {
-            let mut c = c.borrow_mut();
-            if c.as_ref().is_none_or(|(l, _)| *l != level) {
-                *c = zstd::bulk::Compressor::new(level).ok().map(|z| (level, z));
-            }
-            c.as_mut().and_then(|(_, z)| z.compress(&raw).ok())
-        });
-        match compressed {
-            Some(c) if c.len() < raw.len() => Group { codec: CODEC_GROUP_ZSTD, dir, data: c },
-            _ => Group { codec: CODEC_GROUP_RAW, dir, data: raw },
+        match compress(&raw, level) {
+            Some(c) => Group { codec: CODEC_GROUP_ZSTD, dir, data: c },
+            None => Group { codec: CODEC_GROUP_RAW, dir, data: raw },
         }
     }
 
@@ -316,6 +301,20 @@ impl Entry {
         self.dir.iter().find(|(i, o, l)| i == id && *o == inner && *l == len)?;
         self.raw.get(inner as usize..inner as usize + len as usize)
     }
+}
+
+/// `raw` compressed with zstd at `level`, if that is smaller. Each thread reuses one
+/// compression context (creating one per chunk cost a tenth of ingest).
+fn compress(raw: &[u8], level: i32) -> Option<Vec<u8>> {
+    COMPRESSOR
+        .with(|c| {
+            let mut c = c.borrow_mut();
+            if c.as_ref().is_none_or(|(l, _)| *l != level) {
+                *c = zstd::bulk::Compressor::new(level).ok().map(|z| (level, z));
+            }
+            c.as_mut().and_then(|(_, z)| z.compress(raw).ok())
+        })
+        .filter(|c| c.len() < raw.len())
 }
 
 fn decompress(data: &[u8], raw_len: usize, path: &Path, offset: u64) -> Result<Vec<u8>> {

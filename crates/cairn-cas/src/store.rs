@@ -1067,16 +1067,12 @@ impl Batch<'_> {
             let w = self.writer()?;
             let pack = w.no;
             let offset = w.append_group(&g)?;
-            let entry_len = g.entry_len();
-            let group_raw = g.raw_len() as u32;
-            let mut inner = 0u32;
-            for (id, len) in &g.dir {
-                if let Some(row) = self.chunks.get_mut(id) {
-                    *row =
-                        ChunkRow { pack, offset, entry_len: entry_len as u32, group: Some((inner, group_raw)), ..*row };
+            for (id, placed) in ChunkRow::in_group(&g, pack, offset) {
+                if let Some(row) = self.chunks.get_mut(&id) {
+                    *row = ChunkRow { refs: row.refs, ..placed };
                 }
-                inner += len;
             }
+            let entry_len = g.entry_len();
             let p = self.pack_row(pack)?;
             p.total += entry_len;
             p.live += entry_len;

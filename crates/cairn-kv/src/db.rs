@@ -314,15 +314,12 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     if inner.shutting_down.load(Ordering::Acquire) {
         return Ok(());
     }
-    let unflushed = {
+    let min = inner.opts.flush_on_close_bytes;
+    let unflushed = || {
         let st = inner.state.lock();
         st.imms.iter().chain(std::iter::once(&st.mem)).map(|m| m.approximate_bytes()).sum::<usize>()
     };
-    let flushed = match inner.opts.flush_on_close_bytes {
-        0 => Ok(()),
-        min if unflushed >= min && !inner.is_poisoned() => flush_all(inner),
-        _ => Ok(()),
-    };
+    let flushed = if min > 0 && !inner.is_poisoned() && unflushed() >= min { flush_all(inner) } else { Ok(()) };
     if inner.shutting_down.swap(true, Ordering::AcqRel) {
         return Ok(());
     }

@@ -104,7 +104,7 @@ impl Memtable {
     pub(crate) fn insert(&self, user_key: &[u8], seq: SeqNo, kind: ValueKind, value: &[u8]) {
         self.filter.add(crate::bloom::key_hash(user_key));
         let ikey = key::internal_key(user_key, seq, kind as u8);
-        self.note_bytes(ikey.len() + value.len());
+        self.approx_bytes.fetch_add(Self::entry_bytes(user_key, value), AtOrd::Relaxed);
         self.map.insert(MemKey(Bytes::from(ikey)), Bytes::copy_from_slice(value));
     }
 

@@ -1,6 +1,6 @@
 //! Taking a snapshot: scan in parallel, reuse content ids of files whose size, mtime, inode and
-//! ctime are unchanged (inode cache), read, chunk, hash and compress the others in parallel,
-//! store them in batches (one pack fsync and one engine write per batch), then build tree
+//! ctime are unchanged (inode cache), read, chunk and hash the others in parallel, store them
+//! in batches (which compress their new chunks; one pack fsync and one engine write per batch), then build tree
 //! objects bottom-up. A tree or blob the tree layer already owns is not stored again, so an
 //! unchanged subtree costs nothing but its scan.
 
@@ -187,8 +187,8 @@ impl Trees {
         let files_cached = ids.iter().filter(|i| i.is_some()).count() as u64;
         report(files_cached, 0);
 
-        // 2. Read, chunk, hash and compress the rest in parallel, a window at a time; commit
-        //    each window as one batch.
+        // 2. Read, chunk and hash the rest in parallel, a window at a time; commit each window
+        //    as one batch, which groups and compresses its new chunks.
         let todo: Vec<usize> = (0..all.len()).filter(|&i| ids[i].is_none()).collect();
         let mut windows: Vec<&[usize]> = Vec::new();
         let mut start_at = 0;
@@ -217,8 +217,8 @@ impl Trees {
                 })
                 .collect()
         };
-        // Pipeline: while one window is committed (sequential: pack appends, index rows, one
-        // fsync), the next is read, chunked, hashed and compressed on the other cores.
+        // Pipeline: while one window is committed (compression of its new chunks on every core,
+        // then pack appends, index rows, one fsync), the next is read, chunked and hashed.
         let mut pending: Option<(&[usize], Vec<Option<Prepared>>)> = None;
         for window in windows.iter().copied().map(Some).chain(std::iter::once(None)) {
             let to_commit = pending.take();
