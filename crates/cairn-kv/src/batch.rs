@@ -125,18 +125,29 @@ impl WriteBatch {
     }
 }
 
+/// The log-record form of several batches numbered from `base_seq`, in parts: a header, then
+/// each batch's encoded operations. The record's payload is their concatenation.
+pub(crate) fn group_parts<'a>(
+    base_seq: SeqNo,
+    batches: impl Iterator<Item = &'a WriteBatch> + Clone,
+) -> ([u8; BATCH_HEADER_LEN], impl Iterator<Item = &'a [u8]>) {
+    let count: u64 = batches.clone().map(|b| b.count as u64).sum();
+    let mut head = [0u8; BATCH_HEADER_LEN];
+    head[..8].copy_from_slice(&base_seq.to_le_bytes());
+    head[8..].copy_from_slice(&(count as u32).to_le_bytes());
+    (head, batches.map(|b| b.rep.as_slice()))
+}
+
 /// Appends the log-record form of several batches, numbered from `base_seq`, to `out`.
+#[cfg(test)]
 pub(crate) fn encode_group<'a>(
     out: &mut Vec<u8>,
     base_seq: SeqNo,
     batches: impl Iterator<Item = &'a WriteBatch> + Clone,
 ) {
-    let count: u64 = batches.clone().map(|b| b.count as u64).sum();
-    out.extend_from_slice(&base_seq.to_le_bytes());
-    out.extend_from_slice(&(count as u32).to_le_bytes());
-    for b in batches {
-        out.extend_from_slice(&b.rep);
-    }
+    let (head, parts) = group_parts(base_seq, batches);
+    out.extend_from_slice(&head);
+    parts.for_each(|p| out.extend_from_slice(p));
 }
 
 /// A decoded write-ahead-log record: the first sequence number and the operations, numbered in

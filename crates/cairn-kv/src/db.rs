@@ -335,7 +335,7 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     }
     // Make writes that did not ask for fsync durable on a clean close.
     let mut wal = inner.wal.lock();
-    wal.writer.sync()?;
+    wal.writer.finish()?;
     flushed
 }
 

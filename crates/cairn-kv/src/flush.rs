@@ -202,8 +202,8 @@ pub(crate) fn build_table(
     }
     let mut alloc = || file_no;
     for (k, v) in mem.entries() {
-        if filter.keep(&k) {
-            out.add(&k, &v, &mut alloc)?;
+        if filter.keep(k) {
+            out.add(k, v, &mut alloc)?;
         }
     }
     let (files, _) = out.finish(filter.tombstones_applied(max_tombstone))?;

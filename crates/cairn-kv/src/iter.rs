@@ -26,8 +26,8 @@ pub trait InternalIterator: Send {
     fn key(&self) -> &[u8];
     /// The current value.
     fn value(&self) -> &[u8];
-    /// The current value as shared bytes: without a copy where the entry lives in a block or
-    /// a memtable (the bytes keep that block alive).
+    /// The current value as shared bytes: without a copy where the entry lives in a block (the
+    /// bytes keep that block alive); memtable values are copied.
     fn value_bytes(&self) -> bytes::Bytes {
         bytes::Bytes::copy_from_slice(self.value())
     }

@@ -16,6 +16,7 @@ pub mod testing;
 pub mod log;
 mod storage_fs;
 mod storage_mem;
+mod storage_mmap;
 pub use storage_fs::FsStorage;
 pub use storage_mem::MemStorage;
 
@@ -45,6 +46,7 @@ mod memtable;
 mod merge_iter;
 pub mod range_del;
 mod recovery;
+mod skiplist;
 mod snapshot;
 mod stats;
 mod txn;

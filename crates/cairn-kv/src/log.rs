@@ -55,18 +55,25 @@ impl LogWriter {
     /// Appends one record (buffered; call [`LogWriter::flush`] or [`LogWriter::sync`]).
     /// A payload above [`MAX_LOG_RECORD`] bytes is [`Error::InvalidArgument`].
     pub fn add_record(&mut self, payload: &[u8]) -> Result<()> {
-        let len = u32::try_from(payload.len()).ok().filter(|_| payload.len() <= MAX_LOG_RECORD).ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "log record of {} bytes is too large (maximum {MAX_LOG_RECORD})",
-                payload.len()
-            ))
+        self.add_record_parts(&[payload])
+    }
+
+    /// Appends one record whose payload is the concatenation of `parts` (no copy to join them).
+    pub fn add_record_parts(&mut self, parts: &[&[u8]]) -> Result<()> {
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        let len = u32::try_from(total).ok().filter(|_| total <= MAX_LOG_RECORD).ok_or_else(|| {
+            Error::InvalidArgument(format!("log record of {total} bytes is too large (maximum {MAX_LOG_RECORD})"))
         })?;
         let len = len.to_le_bytes();
+        let crc = parts.iter().fold(crc32c::crc32c(&len), |c, p| crc32c::crc32c_append(c, p));
         let mut head = [0u8; LOG_RECORD_HEADER_LEN];
         head[..4].copy_from_slice(&len);
-        head[4..].copy_from_slice(&record_crc(&len, payload).to_le_bytes());
+        head[4..].copy_from_slice(&mask_crc(crc).to_le_bytes());
         self.file.append(&head).at(&self.path)?;
-        self.file.append(payload).at(&self.path)
+        for p in parts {
+            self.file.append(p).at(&self.path)?;
+        }
+        Ok(())
     }
 
     /// Hands buffered records to the operating system (survives a process crash only).
@@ -77,6 +84,14 @@ impl LogWriter {
     /// Makes every record added so far durable.
     pub fn sync(&mut self) -> Result<()> {
         self.file.sync().at(&self.path)
+    }
+
+    /// Makes every record durable and trims space the file reserved past them; the log takes
+    /// no more records. Used on the write-ahead log at a memtable switch and a clean close. (A
+    /// log that was never finished, after a crash, may end in reserved zeros; the reader stops
+    /// there.)
+    pub fn finish(&mut self) -> Result<()> {
+        self.file.finish().at(&self.path)
     }
 
     /// Bytes written, header included.
@@ -122,6 +137,11 @@ pub type LogRecords = Vec<(u64, Vec<u8>)>;
 /// - Records are returned up to the first one that is truncated, declares a length above
 ///   [`MAX_LOG_RECORD`], or fails its checksum; the log then ends [`LogTail::Torn`] at that
 ///   record's offset. Nothing here panics or allocates more than `data` holds.
+/// - At least [`LOG_RECORD_HEADER_LEN`] zero bytes from a record boundary to the end of the
+///   file are space the writer reserved (a memory-mapped write-ahead log grows its file ahead of
+///   its records and always keeps that many zeros after them): the log ends
+///   [`LogTail::Clean`] there. No record has an all-zero header: only an empty payload has
+///   length 0, and its checksum is not 0. Fewer zeros are a truncated record header.
 pub fn read_log(data: &[u8], path: &Path, magic: [u8; 8]) -> Result<(LogRecords, LogTail)> {
     let Some(head) = data.get(..LOG_HEADER_LEN) else {
         return Ok((Vec::new(), LogTail::Torn { offset: 0, reason: "no complete header".into() }));
@@ -150,6 +170,9 @@ pub fn read_log(data: &[u8], path: &Path, magic: [u8; 8]) -> Result<(LogRecords,
     let mut pos = LOG_HEADER_LEN;
     let torn = |pos: usize, reason: &str| LogTail::Torn { offset: pos as u64, reason: reason.to_string() };
     while let Some(rest) = data.get(pos..).filter(|r| !r.is_empty()) {
+        if rest.len() >= LOG_RECORD_HEADER_LEN && rest.iter().all(|&b| b == 0) {
+            break;
+        }
         let Some(head) = rest.get(..LOG_RECORD_HEADER_LEN) else {
             return Ok((records, torn(pos, "truncated record header")));
         };
@@ -369,15 +392,37 @@ mod tests {
         }
     }
 
+    /// Zeros after the last record are reserved space (a mapped log's file runs ahead of its
+    /// records): every record, and a clean end.
     #[test]
-    fn zero_filled_tail_is_torn() {
+    fn zero_filled_tail_is_reserved_space() {
         let recs = assorted(5);
         let mut data = write(&recs);
         let end = data.len();
         data.resize(end + 4096, 0);
         let (got, tail) = read(&data);
         assert_prefix(&got, &recs, &boundaries(&recs), recs.len());
-        assert!(matches!(tail, LogTail::Torn { offset, .. } if offset == end as u64));
+        assert_eq!(tail, LogTail::Clean);
+    }
+
+    /// A record cut short and followed by zeros (the rest of its page never reached the disk)
+    /// is still a torn tail; so is a zero gap followed by data.
+    #[test]
+    fn partial_record_before_zeros_or_data_after_zeros_is_torn() {
+        let recs = assorted(5);
+        let data = write(&recs);
+        let b = boundaries(&recs);
+        let mut cut = data[..b[3] + 5].to_vec();
+        cut.resize(data.len() + 4096, 0);
+        let (got, tail) = read(&cut);
+        assert_prefix(&got, &recs, &b, 3);
+        assert!(matches!(tail, LogTail::Torn { offset, .. } if offset == b[3] as u64));
+        let mut gap = data[..b[2]].to_vec();
+        gap.resize(b[2] + 64, 0);
+        gap.extend_from_slice(&data[b[2]..]);
+        let (got, tail) = read(&gap);
+        assert_prefix(&got, &recs, &b, 2);
+        assert!(matches!(tail, LogTail::Torn { offset, .. } if offset == b[2] as u64));
     }
 
     #[test]

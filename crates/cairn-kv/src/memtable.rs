@@ -1,39 +1,22 @@
-//! The memtable: a concurrent skiplist of internal keys (crossbeam's lock-free `SkipMap`) plus
-//! the range tombstones written to it. One writer (the group-commit leader) inserts while any
-//! number of readers look up and iterate.
+//! The memtable: an arena skiplist of internal keys ([`crate::skiplist`]) plus the range
+//! tombstones written to it. One writer (the group-commit leader) inserts while any number of
+//! readers look up and iterate.
 
-use std::cmp::Ordering;
-use std::ops::Bound;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtOrd};
 
 use bytes::Bytes;
-use crossbeam_skiplist::SkipMap;
 use parking_lot::RwLock;
 
 use crate::Result;
 use crate::iter::InternalIterator;
 use crate::key::{self, SeqNo, ValueKind};
 use crate::range_del::{FragmentedTombstones, RangeTombstone};
+use crate::skiplist::{Cursor, SkipList};
 
-/// An encoded internal key ordered by [`key::compare_internal`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct MemKey(pub Bytes);
-
-impl Ord for MemKey {
-    fn cmp(&self, other: &Self) -> Ordering {
-        key::compare_internal(&self.0, &other.0)
-    }
-}
-
-impl PartialOrd for MemKey {
-    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-/// Per-entry overhead counted against the memtable budget (skiplist node, `Bytes` headers).
-const ENTRY_OVERHEAD: usize = 96;
+/// Per-entry overhead counted against the memtable budget: a skiplist node's header and its
+/// average tower (4/3 links), rounded up.
+const ENTRY_OVERHEAD: usize = 40;
 
 /// A version found by a point lookup.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +34,7 @@ struct RangeDels {
 
 /// An in-memory table of recent writes.
 pub struct Memtable {
-    map: SkipMap<MemKey, Bytes>,
+    list: Arc<SkipList>,
     range_dels: RwLock<RangeDels>,
     /// Set once a range tombstone is inserted (lets reads skip the lock otherwise).
     has_range_dels: AtomicBool,
@@ -68,7 +51,7 @@ impl Memtable {
     /// `capacity` bytes (which sizes its key filter).
     pub(crate) fn new(wal_number: u64, capacity: usize) -> Self {
         Memtable {
-            map: SkipMap::new(),
+            list: Arc::new(SkipList::new()),
             range_dels: RwLock::new(RangeDels::default()),
             has_range_dels: AtomicBool::new(false),
             filter: KeyFilter::new(capacity),
@@ -88,7 +71,7 @@ impl Memtable {
 
     /// Whether nothing was written.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty() && self.range_dels.read().list.is_empty()
+        self.list.len() == 0 && self.range_dels.read().list.is_empty()
     }
 
     /// What inserting `key` with `value` adds to [`Memtable::approximate_bytes`].
@@ -103,9 +86,8 @@ impl Memtable {
     /// Inserts a point entry.
     pub(crate) fn insert(&self, user_key: &[u8], seq: SeqNo, kind: ValueKind, value: &[u8]) {
         self.filter.add(crate::bloom::key_hash(user_key));
-        let ikey = key::internal_key(user_key, seq, kind as u8);
         self.approx_bytes.fetch_add(Self::entry_bytes(user_key, value), AtOrd::Relaxed);
-        self.map.insert(MemKey(Bytes::from(ikey)), Bytes::copy_from_slice(value));
+        self.list.insert(user_key, key::pack_trailer(seq, kind as u8), value);
     }
 
     /// Records a range tombstone.
@@ -150,20 +132,15 @@ impl Memtable {
         if !self.filter.may_contain(hash) {
             return None;
         }
-        let lookup = MemKey(Bytes::from(key::lookup_key(user_key, snapshot)));
-        let e = self.map.lower_bound(Bound::Included(&lookup))?;
-        let k = &e.key().0;
-        if key::user_key(k) != user_key {
-            return None;
-        }
-        let kind = ValueKind::from_u8(key::kind_byte(k))?;
-        Some(Found { seq: key::seq_of(k), kind, value: e.value().clone() })
+        let (trailer, value) = self.list.get(user_key, key::pack_trailer(snapshot, key::KIND_FOR_SEEK))?;
+        let kind = ValueKind::from_u8((trailer & 0xFF) as u8)?;
+        Some(Found { seq: trailer >> 8, kind, value: Bytes::copy_from_slice(value) })
     }
 
-    /// Every point entry in order, walking the skiplist's links (no search per step); for
+    /// Every point entry in order as (internal key, value), walking the skiplist's links; for
     /// flushing a frozen memtable.
-    pub(crate) fn entries(&self) -> impl Iterator<Item = (Bytes, Bytes)> + '_ {
-        self.map.iter().map(|e| (e.key().0.clone(), e.value().clone()))
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.list.entries()
     }
 
     /// A cursor over the point entries.
@@ -205,75 +182,50 @@ impl KeyFilter {
     }
 }
 
-type Slot<'a> = Option<crossbeam_skiplist::map::Entry<'a, MemKey, Bytes>>;
-
-self_cell::self_cell!(
-    /// The memtable and the skiplist entry a cursor stands on (which borrows it).
-    struct Cursor {
-        owner: Arc<Memtable>,
-        #[covariant]
-        dependent: Slot,
-    }
-);
-
-/// A cursor over a memtable. It holds the skiplist entry it stands on, so stepping follows the
-/// skiplist's links (no search per step); the entry keeps its node alive while writers insert.
+/// A cursor over a memtable's point entries; stepping forward follows the skiplist's links.
 pub(crate) struct MemtableIter {
-    cell: Cursor,
+    cursor: Cursor,
 }
 
 impl MemtableIter {
     fn new(mem: Arc<Memtable>) -> Self {
-        MemtableIter { cell: Cursor::new(mem, |_| None) }
-    }
-
-    fn probe(target: &[u8]) -> MemKey {
-        MemKey(Bytes::copy_from_slice(target))
-    }
-
-    fn entry(&self) -> Option<&crossbeam_skiplist::map::Entry<'_, MemKey, Bytes>> {
-        self.cell.borrow_dependent().as_ref()
+        MemtableIter { cursor: Cursor::new(mem.list.clone()) }
     }
 }
 
 impl InternalIterator for MemtableIter {
     fn valid(&self) -> bool {
-        self.entry().is_some()
+        self.cursor.valid()
     }
     fn seek_to_first(&mut self) -> Result<()> {
-        self.cell.with_dependent_mut(|mem, slot| *slot = mem.map.front());
+        self.cursor.seek_to_first();
         Ok(())
     }
     fn seek_to_last(&mut self) -> Result<()> {
-        self.cell.with_dependent_mut(|mem, slot| *slot = mem.map.back());
+        self.cursor.seek_to_last();
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        let probe = Self::probe(target);
-        self.cell.with_dependent_mut(|mem, slot| *slot = mem.map.lower_bound(Bound::Included(&probe)));
+        self.cursor.seek(target);
         Ok(())
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
-        let probe = Self::probe(target);
-        self.cell.with_dependent_mut(|mem, slot| *slot = mem.map.upper_bound(Bound::Included(&probe)));
+        self.cursor.seek_for_prev(target);
         Ok(())
     }
     fn next(&mut self) -> Result<()> {
-        self.cell.with_dependent_mut(|_, slot| *slot = slot.as_ref().and_then(|e| e.next()));
+        self.cursor.next();
         Ok(())
     }
     fn prev(&mut self) -> Result<()> {
-        self.cell.with_dependent_mut(|_, slot| *slot = slot.as_ref().and_then(|e| e.prev()));
+        self.cursor.prev();
         Ok(())
     }
     fn key(&self) -> &[u8] {
-        self.entry().map(|e| e.key().0.as_ref()).unwrap_or_default()
+        self.cursor.key()
     }
     fn value(&self) -> &[u8] {
-        self.entry().map(|e| e.value().as_ref()).unwrap_or_default()
-    }
-    fn value_bytes(&self) -> Bytes {
-        self.entry().map(|e| e.value().clone()).unwrap_or_default()
+        self.cursor.value()
     }
 }
 

@@ -172,7 +172,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     first.last_seq = Some(last_seq);
     let manifest = ManifestWriter::create(&storage, dir, manifest_no, &first)?;
     let wpath = wal_path(dir, wal_no);
-    let wfile = storage.create(&wpath).at(&wpath)?;
+    let wfile = storage.create_log(&wpath).at(&wpath)?;
     let mut writer = LogWriter::create(wfile, wpath, WAL_MAGIC)?;
     writer.sync()?;
     storage.sync_dir(dir).at(dir)?;

@@ -13,6 +13,13 @@ pub trait Storage: Send + Sync + 'static {
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
     /// Creates (or truncates) a file for appending.
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
+    /// Creates (or truncates) a write-ahead log file. Its appends must reach the operating
+    /// system by the time `flush` returns, like [`Storage::create`]'s; the file may be longer
+    /// than what was appended, the rest zeros (the log reader stops there). Defaults to
+    /// [`Storage::create`].
+    fn create_log(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.create(path)
+    }
     /// Opens a file for positional reads.
     fn open_read(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>>;
     /// Reads a whole file.
@@ -45,6 +52,12 @@ pub trait WritableFile: Send {
     fn sync(&mut self) -> io::Result<()>;
     /// Bytes appended so far.
     fn len(&self) -> u64;
+    /// Syncs, then gives back space reserved past the appended bytes (see
+    /// [`Storage::create_log`]), so that the file's length is [`WritableFile::len`]; nothing can be
+    /// appended after. The default just syncs (plain files reserve nothing).
+    fn finish(&mut self) -> io::Result<()> {
+        self.sync()
+    }
     /// Whether nothing was appended yet.
     fn is_empty(&self) -> bool {
         self.len() == 0

@@ -112,6 +112,20 @@ impl Storage for FsStorage {
         Ok(Box::new(FsWritable { file, buf: Vec::with_capacity(BUF), len: 0 }))
     }
 
+    /// A memory-mapped log ([`crate::storage_mmap::MappedLog`]): no system call per append.
+    /// Falls back to a buffered file where the file system cannot `fallocate` or map it.
+    fn create_log(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        match crate::storage_mmap::MappedLog::create(path) {
+            Ok(log) => Ok(Box::new(log)),
+            Err(e)
+                if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENODEV | libc::EINVAL)) =>
+            {
+                self.create(path)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn open_read(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
         let file = File::open(path)?;
         let len = file.metadata()?.len();

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::batch::{BatchOp, WriteBatch, encode_group};
+use crate::batch::{BatchOp, WriteBatch, group_parts};
 use crate::db::{DbInner, SuperVersion, Wal};
 use crate::error::IoContext;
 use crate::key::ValueKind;
@@ -60,15 +60,18 @@ fn process(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> Vec<Result<()>> {
     }
     let sync = reqs.iter().zip(&results).any(|(q, r)| r.is_ok() && q.sync);
     let base = inner.visible_seq() + 1;
-    let mut record = Vec::with_capacity(included().map(|b| b.approximate_size()).sum());
-    encode_group(&mut record, base, included());
-    let logged = wal.writer.add_record(&record).and_then(|_| wal.writer.flush());
+    let (head, reps) = group_parts(base, included());
+    let mut parts: Vec<&[u8]> = Vec::with_capacity(reqs.len() + 1);
+    parts.push(&head);
+    parts.extend(reps);
+    let record_len: usize = parts.iter().map(|p| p.len()).sum();
+    let logged = wal.writer.add_record_parts(&parts).and_then(|_| wal.writer.flush());
     let logged = logged.and_then(|_| if sync { wal.writer.sync() } else { Ok(()) });
     if let Err(e) = logged {
         inner.poison(format!("write-ahead log write failed: {e}"));
         return reqs.iter().zip(results).map(|(_, r)| r.and(Err(clone_err(&e)))).collect();
     }
-    inner.counters.add_wal_bytes(record.len() as u64);
+    inner.counters.add_wal_bytes(record_len as u64);
     let mut seq = base;
     let mut user_bytes = 0u64;
     for b in included() {
@@ -193,8 +196,8 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
     let res = (|| -> Result<LogWriter> {
         // Everything in the old log must be durable before later writes land in the new one,
         // so that recovery never sees a later write without an earlier one.
-        wal.writer.sync()?;
-        let file = inner.storage.create(&path).at(&path)?;
+        wal.writer.finish()?;
+        let file = inner.storage.create_log(&path).at(&path)?;
         let mut w = LogWriter::create(file, path.clone(), WAL_MAGIC)?;
         w.sync()?;
         inner.storage.sync_dir(&inner.dir).at(&inner.dir)?;
