@@ -163,3 +163,49 @@ fn unsynced_tail_is_lost_whole_or_kept_whole() {
         assert_eq!(pair[0].as_ref(), format!("u{i:02}a").as_bytes(), "recovered writes are a prefix");
     }
 }
+
+/// The child half of `killed_process_keeps_every_acknowledged_write`: when run with
+/// `CAIRN_KV_KILL_CHILD=<dir>`, writes without fsync across several memtables (so that some
+/// logs were finished and the newest was not), says so, and waits to be killed.
+#[test]
+fn kill_child() {
+    let Ok(dir) = std::env::var("CAIRN_KV_KILL_CHILD") else { return };
+    let opts = Options { memtable_size: 1 << 20, ..Options::default() };
+    let db = Db::open(&dir, opts).unwrap();
+    for i in 0..KILL_WRITES {
+        db.put(format!("key{i:06}"), format!("value{i}").repeat(20)).unwrap();
+    }
+    println!("acknowledged");
+    std::thread::sleep(std::time::Duration::from_secs(600));
+}
+
+const KILL_WRITES: usize = 30_000;
+
+/// A process killed (SIGKILL) right after its writes were acknowledged, none of them synced,
+/// loses none of them: the memory-mapped write-ahead log has them in the page cache, and its
+/// reserved zeros read as the end of the log.
+#[test]
+fn killed_process_keeps_every_acknowledged_write() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "crash::kill_child", "--nocapture", "--test-threads", "1"])
+        .env("CAIRN_KV_KILL_CHILD", dir.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let acked = out.lines().map_while(Result::ok).any(|l| l.contains("acknowledged"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(acked, "the child did not finish its writes");
+    let logs = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "log"));
+    assert!(logs.count() >= 1);
+    let db = Db::open(dir.path(), Options::default()).unwrap();
+    assert_eq!(db.iter().count(), KILL_WRITES);
+    for i in (0..KILL_WRITES).step_by(997).chain([KILL_WRITES - 1]) {
+        assert_eq!(db.get(format!("key{i:06}")).unwrap().unwrap(), format!("value{i}").repeat(20).as_bytes());
+    }
+}
