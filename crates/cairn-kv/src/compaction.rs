@@ -7,7 +7,7 @@ use crate::db::{DbInner, State};
 use crate::flush::{TableOutput, VersionFilter};
 use crate::iter::InternalIterator;
 use crate::key;
-use crate::merge_iter::{LevelIter, MergingIterator};
+use crate::merge_iter::{LevelFiles, LevelIter, MergingIterator};
 use crate::table_builder::WarmPolicy;
 use crate::version::{TableFile, Version};
 use crate::version_edit::VersionEdit;
@@ -164,10 +164,10 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
             children.push(Box::new(inner.table_cache.get(f.no())?.iter()));
         }
     } else {
-        children.push(Box::new(LevelIter::new(c.inputs.clone(), inner.table_cache.clone())));
+        children.push(Box::new(LevelIter::new(LevelFiles::Owned(c.inputs.clone()), inner.table_cache.clone())));
     }
     if !c.next.is_empty() {
-        children.push(Box::new(LevelIter::new(c.next.clone(), inner.table_cache.clone())));
+        children.push(Box::new(LevelIter::new(LevelFiles::Owned(c.next.clone()), inner.table_cache.clone())));
     }
     let mut it = MergingIterator::new(children);
     let snapshots = inner.snapshots.list();

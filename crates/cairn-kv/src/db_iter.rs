@@ -10,7 +10,7 @@ use bytes::Bytes;
 use crate::db::{DbInner, SuperVersion};
 use crate::iter::InternalIterator;
 use crate::key::{self, MAX_SEQ, SeqNo, ValueKind};
-use crate::merge_iter::{LevelIter, MergingIterator};
+use crate::merge_iter::{LevelFiles, LevelIter, MergingIterator};
 use crate::range_del::FragmentedTombstones;
 use crate::{Error, Result};
 
@@ -43,16 +43,13 @@ impl Shared {
                 children.push(Box::new(self.inner.table_cache.get(f.no())?.iter()));
             }
         }
-        for files in sv.version.levels.iter().skip(1) {
-            let files: Vec<_> = files
-                .iter()
-                .filter(|f| {
-                    hi.is_none_or(|h| f.info.smallest_user() <= h) && lo.is_none_or(|l| f.info.largest_user() >= l)
-                })
-                .cloned()
-                .collect();
-            if !files.is_empty() {
-                children.push(Box::new(LevelIter::new(files, self.inner.table_cache.clone())));
+        for (level, files) in sv.version.levels.iter().enumerate().skip(1) {
+            // The tables that intersect the bounds (a level is sorted and non-overlapping).
+            let start = lo.map_or(0, |l| files.partition_point(|f| f.info.largest_user() < l));
+            let end = hi.map_or(files.len(), |h| files.partition_point(|f| f.info.smallest_user() <= h));
+            if start < end {
+                let range = LevelFiles::Version { version: sv.version.clone(), level, range: start..end };
+                children.push(Box::new(LevelIter::new(range, self.inner.table_cache.clone())));
             }
         }
         Ok(MergingIterator::new(children))

@@ -9,7 +9,7 @@ use crate::Result;
 use crate::iter::InternalIterator;
 use crate::key::compare_internal;
 use crate::table_cache::TableCache;
-use crate::version::TableFile;
+use crate::version::{TableFile, Version};
 
 /// A merge of several internal iterators. Internal keys are unique across children.
 pub(crate) struct MergingIterator {
@@ -127,22 +127,39 @@ impl InternalIterator for MergingIterator {
     }
 }
 
+/// The tables a [`LevelIter`] walks.
+pub(crate) enum LevelFiles {
+    /// A list of its own (a compaction's inputs).
+    Owned(Vec<Arc<TableFile>>),
+    /// Tables `range` of a level of a version it holds (a read: no per-table reference counting).
+    Version { version: Arc<Version>, level: usize, range: std::ops::Range<usize> },
+}
+
+impl LevelFiles {
+    fn as_slice(&self) -> &[Arc<TableFile>] {
+        match self {
+            LevelFiles::Owned(v) => v,
+            LevelFiles::Version { version, level, range } => &version.levels[*level][range.clone()],
+        }
+    }
+}
+
 /// A cursor over the sorted, non-overlapping tables of one level.
 pub(crate) struct LevelIter {
-    files: Vec<Arc<TableFile>>,
+    files: LevelFiles,
     cache: Arc<TableCache>,
     idx: usize,
     cur: Option<Box<dyn InternalIterator>>,
 }
 
 impl LevelIter {
-    pub fn new(files: Vec<Arc<TableFile>>, cache: Arc<TableCache>) -> Self {
+    pub fn new(files: LevelFiles, cache: Arc<TableCache>) -> Self {
         LevelIter { files, cache, idx: 0, cur: None }
     }
 
     fn open(&mut self, idx: usize) -> Result<bool> {
         self.idx = idx;
-        match self.files.get(idx) {
+        match self.files.as_slice().get(idx) {
             Some(f) => {
                 let reader = self.cache.get(f.no())?;
                 self.cur = Some(Box::new(reader.iter()));
@@ -195,18 +212,19 @@ impl InternalIterator for LevelIter {
         self.skip_forward()
     }
     fn seek_to_last(&mut self) -> Result<()> {
-        if self.files.is_empty() {
+        let n = self.files.as_slice().len();
+        if n == 0 {
             self.cur = None;
             return Ok(());
         }
-        self.open(self.files.len() - 1)?;
+        self.open(n - 1)?;
         if let Some(c) = self.cur.as_mut() {
             c.seek_to_last()?;
         }
         self.skip_backward()
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        let i = self.files.partition_point(|f| compare_internal(&f.info.largest, target) == Ordering::Less);
+        let i = self.files.as_slice().partition_point(|f| compare_internal(&f.info.largest, target) == Ordering::Less);
         if self.open(i)?
             && let Some(c) = self.cur.as_mut()
         {
@@ -215,7 +233,8 @@ impl InternalIterator for LevelIter {
         self.skip_forward()
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
-        let i = self.files.partition_point(|f| compare_internal(&f.info.smallest, target) != Ordering::Greater);
+        let i =
+            self.files.as_slice().partition_point(|f| compare_internal(&f.info.smallest, target) != Ordering::Greater);
         if i == 0 {
             self.cur = None;
             return Ok(());
