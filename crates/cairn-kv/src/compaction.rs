@@ -161,13 +161,13 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
     let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
     if c.level == 0 {
         for f in &c.inputs {
-            children.push(Box::new(inner.table_cache.get(f.no())?.iter()));
+            children.push(Box::new(f.open()?.iter()));
         }
     } else {
-        children.push(Box::new(LevelIter::new(LevelFiles::Owned(c.inputs.clone()), inner.table_cache.clone())));
+        children.push(Box::new(LevelIter::new(LevelFiles::Owned(c.inputs.clone()))));
     }
     if !c.next.is_empty() {
-        children.push(Box::new(LevelIter::new(LevelFiles::Owned(c.next.clone()), inner.table_cache.clone())));
+        children.push(Box::new(LevelIter::new(LevelFiles::Owned(c.next.clone()))));
     }
     let mut it = MergingIterator::new(children);
     let snapshots = inner.snapshots.list();

@@ -23,7 +23,7 @@ use crate::stats::{Counters, Stats};
 use crate::storage::{FileLock, Storage};
 use crate::table_cache::TableCache;
 use crate::txn::Transaction;
-use crate::version::{Cleaner, Version};
+use crate::version::{Cleaner, TableFile, Version};
 use crate::write_queue::{WriteQueue, WriteRequest};
 use crate::{Error, Options, Result};
 
@@ -113,7 +113,6 @@ pub(crate) struct DbInner {
     pub dir: PathBuf,
     pub opts: Options,
     pub storage: Arc<dyn Storage>,
-    pub table_cache: Arc<TableCache>,
     pub block_cache: Arc<BlockCache>,
     pub cleaner: Arc<Cleaner>,
     pub state: Mutex<State>,
@@ -137,7 +136,6 @@ impl DbInner {
         dir: PathBuf,
         opts: Options,
         storage: Arc<dyn Storage>,
-        table_cache: Arc<TableCache>,
         block_cache: Arc<BlockCache>,
         cleaner: Arc<Cleaner>,
         state: State,
@@ -154,7 +152,6 @@ impl DbInner {
             dir,
             opts,
             storage,
-            table_cache,
             block_cache,
             cleaner,
             state: Mutex::new(state),
@@ -234,14 +231,14 @@ impl DbInner {
         for f in &v.levels[0] {
             if f.info.smallest_user() <= user_key
                 && user_key <= f.info.largest_user()
-                && let Some(found) = self.table_get(f.no(), user_key, hash, &lookup)?
+                && let Some(found) = self.table_get(f, user_key, hash, &lookup)?
             {
                 return Ok(Some(found));
             }
         }
         for level in 1..v.levels.len() {
             if let Some(f) = v.file_for_key(level, user_key)
-                && let Some(found) = self.table_get(f.no(), user_key, hash, &lookup)?
+                && let Some(found) = self.table_get(f, user_key, hash, &lookup)?
             {
                 return Ok(Some(found));
             }
@@ -249,8 +246,9 @@ impl DbInner {
         Ok(None)
     }
 
-    fn table_get(&self, file_no: u64, user_key: &[u8], hash: u64, lookup: &[u8]) -> Result<Option<Found>> {
-        let t = self.table_cache.get(file_no)?;
+    fn table_get(&self, f: &TableFile, user_key: &[u8], hash: u64, lookup: &[u8]) -> Result<Option<Found>> {
+        let file_no = f.no();
+        let t = f.open()?;
         let Some((trailer, value)) = t.get_hashed(user_key, hash, lookup)? else { return Ok(None) };
         let kind = ValueKind::from_u8((trailer & 0xFF) as u8).ok_or_else(|| {
             Error::corruption(TableCache::table_path(&self.dir, file_no), 0, "entry with an unknown kind")
@@ -496,7 +494,7 @@ impl Db {
         let sv = self.inner().sv.load_full();
         let mut n = 0;
         for f in sv.version.levels.iter().flatten() {
-            n += self.inner().table_cache.get(f.no())?.verify()?;
+            n += f.open()?.verify()?;
         }
         Ok(n)
     }

@@ -19,7 +19,8 @@ pub type KvPair = (Bytes, Bytes);
 
 /// What both cursors of an iterator share.
 struct Shared {
-    inner: Arc<DbInner>,
+    /// Keeps the engine alive while the iterator is.
+    _inner: Arc<DbInner>,
     sv: Arc<SuperVersion>,
     seq: SeqNo,
     lower: Bound<Vec<u8>>,
@@ -40,7 +41,7 @@ impl Shared {
             let below = hi.is_some_and(|h| f.info.smallest_user() > h);
             let above = lo.is_some_and(|l| f.info.largest_user() < l);
             if !below && !above {
-                children.push(Box::new(self.inner.table_cache.get(f.no())?.iter()));
+                children.push(Box::new(f.open()?.iter()));
             }
         }
         for (level, files) in sv.version.levels.iter().enumerate().skip(1) {
@@ -49,7 +50,7 @@ impl Shared {
             let end = hi.map_or(files.len(), |h| files.partition_point(|f| f.info.smallest_user() <= h));
             if start < end {
                 let range = LevelFiles::Version { version: sv.version.clone(), level, range: start..end };
-                children.push(Box::new(LevelIter::new(range, self.inner.table_cache.clone())));
+                children.push(Box::new(LevelIter::new(range)));
             }
         }
         Ok(MergingIterator::new(children))
@@ -132,7 +133,7 @@ impl Iter {
                 .collect();
             Some(FragmentedTombstones::new(&all))
         };
-        let shared = Arc::new(Shared { inner: inner.clone(), sv, seq, lower, upper, tombstones });
+        let shared = Arc::new(Shared { _inner: inner.clone(), sv, seq, lower, upper, tombstones });
         Iter { shared, front: None, back: None, front_key: None, back_key: None, done: false }
     }
 

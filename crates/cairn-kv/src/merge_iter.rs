@@ -8,7 +8,6 @@ use std::sync::Arc;
 use crate::Result;
 use crate::iter::InternalIterator;
 use crate::key::compare_internal;
-use crate::table_cache::TableCache;
 use crate::version::{TableFile, Version};
 
 /// A merge of several internal iterators. Internal keys are unique across children.
@@ -147,21 +146,20 @@ impl LevelFiles {
 /// A cursor over the sorted, non-overlapping tables of one level.
 pub(crate) struct LevelIter {
     files: LevelFiles,
-    cache: Arc<TableCache>,
     idx: usize,
     cur: Option<Box<dyn InternalIterator>>,
 }
 
 impl LevelIter {
-    pub fn new(files: LevelFiles, cache: Arc<TableCache>) -> Self {
-        LevelIter { files, cache, idx: 0, cur: None }
+    pub fn new(files: LevelFiles) -> Self {
+        LevelIter { files, idx: 0, cur: None }
     }
 
     fn open(&mut self, idx: usize) -> Result<bool> {
         self.idx = idx;
         match self.files.as_slice().get(idx) {
             Some(f) => {
-                let reader = self.cache.get(f.no())?;
+                let reader = f.open()?;
                 self.cur = Some(Box::new(reader.iter()));
                 Ok(true)
             }

@@ -194,7 +194,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
         compact_pointer: vec![Vec::new(); opts.num_levels],
     };
     let wal = Wal { writer };
-    Ok(DbInner::new(dir.to_path_buf(), opts, storage, table_cache, block_cache, cleaner, state, wal, last_seq, lock))
+    Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock))
 }
 
 /// Inserts replayed point entries into `mem` in internal-key order (user key ascending, newest

@@ -4,13 +4,14 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 
 use crate::key::{self, SeqNo};
 use crate::range_del::{FragmentedTombstones, RangeTombstone};
 use crate::storage::Storage;
 use crate::table_cache::TableCache;
+use crate::table_reader::TableReader;
 use crate::version_edit::{FileInfo, VersionEdit};
 use crate::{Error, Result};
 
@@ -27,11 +28,24 @@ pub(crate) struct TableFile {
     pub info: FileInfo,
     obsolete: AtomicBool,
     cleaner: Arc<Cleaner>,
+    /// The open table, once the table cache opened it: reads reach it without a cache lookup
+    /// for as long as the cache keeps it open (a weak reference does not keep the file open).
+    reader: OnceLock<Weak<TableReader>>,
 }
 
 impl TableFile {
     pub fn new(info: FileInfo, cleaner: Arc<Cleaner>) -> Arc<Self> {
-        Arc::new(TableFile { info, obsolete: AtomicBool::new(false), cleaner })
+        Arc::new(TableFile { info, obsolete: AtomicBool::new(false), cleaner, reader: OnceLock::new() })
+    }
+
+    /// The open table, from the table cache (opening it on a miss).
+    pub fn open(&self) -> Result<Arc<TableReader>> {
+        if let Some(t) = self.reader.get().and_then(Weak::upgrade) {
+            return Ok(t);
+        }
+        let t = self.cleaner.table_cache.get(self.info.file_no)?;
+        let _ = self.reader.set(Arc::downgrade(&t));
+        Ok(t)
     }
 
     /// Marks the file for deletion once unreferenced (its removal is durable in the MANIFEST).
