@@ -11,29 +11,69 @@ use crate::key::compare_internal;
 use crate::version::{TableFile, Version};
 
 /// A merge of several internal iterators. Internal keys are unique across children.
+///
+/// Forward, the valid children form a min-heap by key: a step advances the top child and sifts
+/// it down, usually two comparisons when one child (the largest level) supplies a run of keys.
+/// Backward steps pick the largest child by a linear scan.
 pub(crate) struct MergingIterator {
     children: Vec<Box<dyn InternalIterator>>,
     current: Option<usize>,
     forward: bool,
+    /// While `forward`: indices of the valid children, a min-heap by key (`heap[0]` is current).
+    heap: Vec<usize>,
 }
 
 impl MergingIterator {
     pub fn new(children: Vec<Box<dyn InternalIterator>>) -> Self {
-        MergingIterator { children, current: None, forward: true }
+        let heap = Vec::with_capacity(children.len());
+        MergingIterator { children, current: None, forward: true, heap }
     }
 
-    fn pick(&mut self, want: Ordering) {
+    /// Backward: the child with the largest key.
+    fn pick_largest(&mut self) {
         let mut best: Option<usize> = None;
         for (i, c) in self.children.iter().enumerate() {
             if !c.valid() {
                 continue;
             }
             match best {
-                Some(b) if compare_internal(c.key(), self.children[b].key()) != want => {}
+                Some(b) if compare_internal(c.key(), self.children[b].key()) != Ordering::Greater => {}
                 _ => best = Some(i),
             }
         }
         self.current = best;
+    }
+
+    fn less(&self, a: usize, b: usize) -> bool {
+        compare_internal(self.children[a].key(), self.children[b].key()) == Ordering::Less
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        let n = self.heap.len();
+        loop {
+            let l = 2 * i + 1;
+            if l >= n {
+                break;
+            }
+            let m = if l + 1 < n && self.less(self.heap[l + 1], self.heap[l]) { l + 1 } else { l };
+            if !self.less(self.heap[m], self.heap[i]) {
+                break;
+            }
+            self.heap.swap(i, m);
+            i = m;
+        }
+    }
+
+    /// Forward: heapifies the valid children; the smallest becomes current.
+    fn rebuild_heap(&mut self) {
+        let mut heap = std::mem::take(&mut self.heap);
+        heap.clear();
+        heap.extend((0..self.children.len()).filter(|&i| self.children[i].valid()));
+        self.heap = heap;
+        for i in (0..self.heap.len() / 2).rev() {
+            self.sift_down(i);
+        }
+        self.current = self.heap.first().copied();
     }
 
     fn cur(&mut self) -> &mut Box<dyn InternalIterator> {
@@ -51,7 +91,7 @@ impl InternalIterator for MergingIterator {
             c.seek_to_first()?;
         }
         self.forward = true;
-        self.pick(Ordering::Less);
+        self.rebuild_heap();
         Ok(())
     }
     fn seek_to_last(&mut self) -> Result<()> {
@@ -59,7 +99,7 @@ impl InternalIterator for MergingIterator {
             c.seek_to_last()?;
         }
         self.forward = false;
-        self.pick(Ordering::Greater);
+        self.pick_largest();
         Ok(())
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
@@ -67,7 +107,7 @@ impl InternalIterator for MergingIterator {
             c.seek(target)?;
         }
         self.forward = true;
-        self.pick(Ordering::Less);
+        self.rebuild_heap();
         Ok(())
     }
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
@@ -75,7 +115,7 @@ impl InternalIterator for MergingIterator {
             c.seek_for_prev(target)?;
         }
         self.forward = false;
-        self.pick(Ordering::Greater);
+        self.pick_largest();
         Ok(())
     }
     fn next(&mut self) -> Result<()> {
@@ -92,9 +132,16 @@ impl InternalIterator for MergingIterator {
                 }
             }
             self.forward = true;
+            self.cur().next()?;
+            self.rebuild_heap();
+            return Ok(());
         }
         self.cur().next()?;
-        self.pick(Ordering::Less);
+        if !self.children[cur].valid() {
+            self.heap.swap_remove(0);
+        }
+        self.sift_down(0);
+        self.current = self.heap.first().copied();
         Ok(())
     }
     fn prev(&mut self) -> Result<()> {
@@ -112,7 +159,7 @@ impl InternalIterator for MergingIterator {
             self.forward = false;
         }
         self.cur().prev()?;
-        self.pick(Ordering::Greater);
+        self.pick_largest();
         Ok(())
     }
     fn key(&self) -> &[u8] {
@@ -263,5 +310,89 @@ impl InternalIterator for LevelIter {
     }
     fn value_bytes(&self) -> bytes::Bytes {
         self.cur.as_ref().map(|c| c.value_bytes()).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::key::{ValueKind, internal_key};
+    use crate::memtable::Memtable;
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        First,
+        Last,
+        Seek(u8, u64),
+        SeekForPrev(u8, u64),
+        Next,
+        Prev,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            Just(Op::First),
+            Just(Op::Last),
+            (any::<u8>(), 0u64..200).prop_map(|(k, s)| Op::Seek(k, s)),
+            (any::<u8>(), 0u64..200).prop_map(|(k, s)| Op::SeekForPrev(k, s)),
+            Just(Op::Next),
+            Just(Op::Next),
+            Just(Op::Next),
+            Just(Op::Prev),
+        ]
+    }
+
+    proptest! {
+        /// Any sequence of seeks and steps in both directions over up to 8 children visits the
+        /// same keys as a walk over their sorted union.
+        #[test]
+        fn matches_the_sorted_union(
+            entries in proptest::collection::vec((0usize..8, any::<u8>()), 0..200),
+            ops in proptest::collection::vec(op(), 1..60),
+        ) {
+            let mems: Vec<Arc<Memtable>> = (0..8).map(|_| Arc::new(Memtable::new(1, 1 << 16))).collect();
+            let mut all = Vec::new();
+            for (seq, (child, k)) in entries.into_iter().enumerate() {
+                let seq = seq as u64 + 1;
+                mems[child].insert(&[k], seq, ValueKind::Put, &seq.to_le_bytes());
+                all.push(internal_key(&[k], seq, ValueKind::Put as u8));
+            }
+            all.sort_by(|a, b| compare_internal(a, b));
+            let mut m = MergingIterator::new(mems.iter().map(|mem| Box::new(mem.iter()) as Box<dyn InternalIterator>).collect());
+            let mut pos: Option<usize> = None;
+            for op in ops {
+                match op {
+                    Op::First => { m.seek_to_first().unwrap(); pos = (!all.is_empty()).then_some(0); }
+                    Op::Last => { m.seek_to_last().unwrap(); pos = all.len().checked_sub(1); }
+                    Op::Seek(k, s) => {
+                        let t = internal_key(&[k], s, 0xFF);
+                        m.seek(&t).unwrap();
+                        let i = all.partition_point(|x| compare_internal(x, &t) == Ordering::Less);
+                        pos = (i < all.len()).then_some(i);
+                    }
+                    Op::SeekForPrev(k, s) => {
+                        let t = internal_key(&[k], s, 0xFF);
+                        m.seek_for_prev(&t).unwrap();
+                        let i = all.partition_point(|x| compare_internal(x, &t) != Ordering::Greater);
+                        pos = i.checked_sub(1);
+                    }
+                    Op::Next => {
+                        if pos.is_none() { continue; }
+                        m.next().unwrap();
+                        pos = pos.map(|p| p + 1).filter(|&p| p < all.len());
+                    }
+                    Op::Prev => {
+                        if pos.is_none() { continue; }
+                        m.prev().unwrap();
+                        pos = pos.and_then(|p| p.checked_sub(1));
+                    }
+                }
+                prop_assert_eq!(m.valid(), pos.is_some());
+                if let Some(p) = pos {
+                    prop_assert_eq!(m.key(), all[p].as_slice());
+                }
+            }
+        }
     }
 }
