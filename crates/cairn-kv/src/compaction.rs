@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use crate::db::{DbInner, State};
+use crate::error::IoContext;
 use crate::flush::{TableOutput, VersionFilter};
 use crate::iter::InternalIterator;
 use crate::key;
@@ -11,7 +12,7 @@ use crate::merge_iter::{LevelFiles, LevelIter, MergingIterator};
 use crate::table_builder::WarmPolicy;
 use crate::version::{TableFile, Version};
 use crate::version_edit::VersionEdit;
-use crate::{Options, Result};
+use crate::{Error, Options, Result};
 
 /// A chosen compaction: tables of `level` merged with the overlapping tables of `level + 1`.
 pub(crate) struct Compaction {
@@ -158,32 +159,135 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
         edit.new_files.push((out_level, c.inputs[0].info.clone()));
         return Ok(edit);
     }
-    let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
-    if c.level == 0 {
-        for f in &c.inputs {
-            children.push(Box::new(f.open()?.iter()));
-        }
-    } else {
-        children.push(Box::new(LevelIter::new(LevelFiles::Owned(c.inputs.clone()))));
-    }
-    if !c.next.is_empty() {
-        children.push(Box::new(LevelIter::new(LevelFiles::Owned(c.next.clone()))));
-    }
-    let mut it = MergingIterator::new(children);
     let snapshots = inner.snapshots.list();
     let version: Arc<Version> = inner.state.lock().version.clone();
     let tombstones = (!version.fragmented.is_empty()).then(|| version.fragmented.clone());
-    let mut filter = VersionFilter::new(&snapshots, c.bottommost, tombstones.as_deref());
+    let max_tombstone = version.tombstones.iter().map(|t| t.seq).max().unwrap_or(0);
+    let bounds = split_points(c, inner.opts.max_subcompactions, inner.opts.target_file_size / 4);
+    let merge = |lo: Option<&[u8]>, hi: Option<&[u8]>| {
+        merge_range(inner, c, lo, hi, &snapshots, c.bottommost, tombstones.as_deref(), max_tombstone)
+    };
+    // Key range i is [bounds[i - 1], bounds[i]), open at both ends; range 0 runs on this
+    // thread, the others each on a thread of their own.
+    inner.counters.add_subcompactions(bounds.len() as u64);
+    let pieces: Vec<Result<Piece>> = if bounds.is_empty() {
+        vec![merge(None, None)]
+    } else {
+        std::thread::scope(|scope| {
+            let range = |i: usize| (i.checked_sub(1).map(|j| bounds[j].as_slice()), bounds.get(i).map(Vec::as_slice));
+            let others: Vec<_> = (1..=bounds.len())
+                .map(|i| {
+                    let (lo, hi) = range(i);
+                    std::thread::Builder::new()
+                        .name("cairn-subcompact".into())
+                        .spawn_scoped(scope, move || merge(lo, hi))
+                })
+                .collect();
+            let (lo, hi) = range(0);
+            let mut pieces = vec![merge(lo, hi)];
+            for t in others {
+                pieces.push(match t {
+                    Ok(handle) => {
+                        handle.join().unwrap_or_else(|_| Err(Error::Poisoned("a subcompaction panicked".into())))
+                    }
+                    Err(e) => Err(Error::Io { path: inner.dir.clone(), source: e }),
+                });
+            }
+            pieces
+        })
+    };
+    let (mut read_bytes, mut written) = (0, 0);
+    let mut files = Vec::new();
+    for piece in pieces {
+        let piece = piece?;
+        read_bytes += piece.read_bytes;
+        written += piece.written;
+        files.extend(piece.files);
+    }
+    if !files.is_empty() {
+        inner.storage.sync_dir(&inner.dir).at(&inner.dir)?;
+    }
+    inner.counters.add_compaction_bytes(read_bytes, written);
+    for f in files {
+        debug_assert!(key::compare_internal(&f.smallest, &f.largest).is_le());
+        edit.new_files.push((out_level, f));
+    }
+    Ok(edit)
+}
+
+/// What merging one key range of a compaction produced.
+struct Piece {
+    files: Vec<crate::version_edit::FileInfo>,
+    read_bytes: u64,
+    written: u64,
+}
+
+/// User keys splitting a compaction into at most `max` key ranges of about equal size for
+/// parallel merging (empty: merge it whole). The ranges start at next-level tables, whose
+/// bytes are what is balanced. Compactions with fewer than two next-level tables are not
+/// split, nor into ranges of less than `min_bytes` of input on average.
+fn split_points(c: &Compaction, max: usize, min_bytes: u64) -> Vec<Vec<u8>> {
+    let total: u64 = c.next.iter().map(|f| f.info.size).sum();
+    let all: u64 = total + c.inputs.iter().map(|f| f.info.size).sum::<u64>();
+    let min_bytes = min_bytes.max(1);
+    if max < 2 || c.next.len() < 2 || all < 2 * min_bytes {
+        return Vec::new();
+    }
+    let pieces = (max as u64).min(all / min_bytes);
+    let mut bounds: Vec<Vec<u8>> = Vec::new();
+    let mut acc = 0u64;
+    for (i, f) in c.next.iter().enumerate().skip(1) {
+        acc += c.next[i - 1].info.size;
+        let wanted = bounds.len() as u64 + 1;
+        if wanted < pieces && acc * pieces >= total * wanted {
+            bounds.push(f.info.smallest_user().to_vec());
+        }
+    }
+    bounds
+}
+
+/// Merges the entries of `c` with user keys in `[lo, hi)` (unbounded where `None`) into new
+/// tables of the next level.
+#[allow(clippy::too_many_arguments)]
+fn merge_range(
+    inner: &Arc<DbInner>,
+    c: &Compaction,
+    lo: Option<&[u8]>,
+    hi: Option<&[u8]>,
+    snapshots: &[key::SeqNo],
+    bottommost: bool,
+    tombstones: Option<&crate::range_del::FragmentedTombstones>,
+    max_tombstone: key::SeqNo,
+) -> Result<Piece> {
+    let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
+    if c.level == 0 {
+        for f in &c.inputs {
+            children.push(Box::new(f.open()?.sequential_iter()));
+        }
+    } else {
+        children.push(Box::new(LevelIter::sequential(LevelFiles::Owned(c.inputs.clone()))));
+    }
+    if !c.next.is_empty() {
+        children.push(Box::new(LevelIter::sequential(LevelFiles::Owned(c.next.clone()))));
+    }
+    let mut it = MergingIterator::new(children);
+    let mut filter = VersionFilter::new(snapshots, bottommost, tombstones);
     let mut out = TableOutput::new(&inner.storage, &inner.dir, &inner.opts, inner.opts.target_file_size);
     if inner.opts.prepopulate_block_cache {
         out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);
     }
     let mut alloc = || inner.state.lock().alloc_file_no();
     let mut read_bytes = 0u64;
-    it.seek_to_first()?;
+    match lo {
+        None => it.seek_to_first()?,
+        Some(lo) => it.seek(&key::lookup_key(lo, key::MAX_SEQ))?,
+    }
     while it.valid() {
         if inner.shutting_down.load(std::sync::atomic::Ordering::Acquire) {
             return Err(crate::Error::Closed);
+        }
+        if hi.is_some_and(|hi| key::user_key(it.key()) >= hi) {
+            break;
         }
         read_bytes += (it.key().len() + it.value().len()) as u64;
         if filter.keep(it.key()) {
@@ -191,14 +295,8 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
         }
         it.next()?;
     }
-    let max_tombstone = version.tombstones.iter().map(|t| t.seq).max().unwrap_or(0);
-    let (files, written) = out.finish(filter.tombstones_applied(max_tombstone))?;
-    inner.counters.add_compaction_bytes(read_bytes, written);
-    for f in files {
-        debug_assert!(key::compare_internal(&f.smallest, &f.largest).is_le());
-        edit.new_files.push((out_level, f));
-    }
-    Ok(edit)
+    let (files, written) = out.finish_unsynced(filter.tombstones_applied(max_tombstone))?;
+    Ok(Piece { files, read_bytes, written })
 }
 
 /// Compacts every level into the next, top to bottom, so that all data ends in the last

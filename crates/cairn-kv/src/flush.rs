@@ -169,13 +169,21 @@ impl<'a> TableOutput<'a> {
 
     /// Finishes the last table and makes the new directory entries durable. `applied` is
     /// recorded in every table as [`FileInfo::tombstones_applied`].
-    pub fn finish(mut self, applied: SeqNo) -> Result<(Vec<FileInfo>, u64)> {
+    pub fn finish(self, applied: SeqNo) -> Result<(Vec<FileInfo>, u64)> {
+        let (storage, dir) = (self.storage, self.dir);
+        let (files, written) = self.finish_unsynced(applied)?;
+        if !files.is_empty() {
+            storage.sync_dir(dir).at(dir)?;
+        }
+        Ok((files, written))
+    }
+
+    /// [`TableOutput::finish`] without making the directory entries durable: the caller does
+    /// that (once for several outputs).
+    pub fn finish_unsynced(mut self, applied: SeqNo) -> Result<(Vec<FileInfo>, u64)> {
         self.finish_current()?;
         for f in &mut self.finished {
             f.tombstones_applied = applied;
-        }
-        if !self.finished.is_empty() {
-            self.storage.sync_dir(self.dir).at(self.dir)?;
         }
         Ok((self.finished, self.bytes_written))
     }

@@ -195,11 +195,19 @@ pub(crate) struct LevelIter {
     files: LevelFiles,
     idx: usize,
     cur: Option<Box<dyn InternalIterator>>,
+    /// Open tables with [`crate::table_reader::TableReader::sequential_iter`] (compaction).
+    sequential: bool,
 }
 
 impl LevelIter {
     pub fn new(files: LevelFiles) -> Self {
-        LevelIter { files, idx: 0, cur: None }
+        LevelIter { files, idx: 0, cur: None, sequential: false }
+    }
+
+    /// A level iterator for one pass front to back: tables are read ahead in large pieces,
+    /// bypassing the block cache.
+    pub fn sequential(files: LevelFiles) -> Self {
+        LevelIter { sequential: true, ..Self::new(files) }
     }
 
     fn open(&mut self, idx: usize) -> Result<bool> {
@@ -207,7 +215,8 @@ impl LevelIter {
         match self.files.as_slice().get(idx) {
             Some(f) => {
                 let reader = f.open()?;
-                self.cur = Some(Box::new(reader.iter()));
+                let it = if self.sequential { reader.sequential_iter() } else { reader.iter() };
+                self.cur = Some(Box::new(it));
                 Ok(true)
             }
             None => {

@@ -15,6 +15,7 @@ pub(crate) struct Counters {
     compaction_read: AtomicU64,
     compaction_written: AtomicU64,
     compactions: AtomicU64,
+    subcompactions: AtomicU64,
     stall_micros: AtomicU64,
 }
 
@@ -35,6 +36,9 @@ impl Counters {
     }
     pub fn add_compaction(&self) {
         self.compactions.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn add_subcompactions(&self, n: u64) {
+        self.subcompactions.fetch_add(n, Ordering::Relaxed);
     }
     pub fn add_stall(&self, d: Duration) {
         self.stall_micros.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
@@ -77,6 +81,9 @@ pub struct Stats {
     pub compaction_bytes_written: u64,
     /// Number of compactions.
     pub compactions: u64,
+    /// Key ranges of compactions merged on threads of their own, in parallel with the rest
+    /// of their compaction ([`crate::Options::max_subcompactions`]).
+    pub subcompactions: u64,
     /// Time writers spent stalled, in microseconds.
     pub stall_micros: u64,
     /// Bytes held by the block cache.
@@ -125,6 +132,7 @@ pub(crate) fn collect(inner: &DbInner) -> Stats {
         compaction_bytes_read: g(&c.compaction_read),
         compaction_bytes_written: g(&c.compaction_written),
         compactions: g(&c.compactions),
+        subcompactions: g(&c.subcompactions),
         stall_micros: g(&c.stall_micros),
         block_cache_bytes: inner.block_cache.usage_bytes(),
         block_cache_hits: cache.hits,

@@ -42,6 +42,55 @@ fn leveled_compaction_keeps_level0_small_and_levels_sorted() {
     assert_eq!(db.iter().count(), 20_000);
 }
 
+/// Every live key and its value, in order.
+fn contents(db: &Db) -> Vec<(Vec<u8>, Vec<u8>)> {
+    db.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec()))).collect::<Result<_, _>>().unwrap()
+}
+
+#[test]
+fn subcompactions_merge_key_ranges_in_parallel_into_the_same_contents() {
+    let mut results = Vec::new();
+    for max_subcompactions in [1, 4] {
+        let storage = MemStorage::new();
+        let opts = Options { max_subcompactions, ..Options::small_for_tests() };
+        let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
+        load(&db, 20_000, 100);
+        // Overwrites, deletes and a range deletion, some under a snapshot, so that the merge
+        // filters versions within every key range.
+        let snap = db.snapshot();
+        for i in (0..20_000u32).step_by(3) {
+            let mut b = WriteBatch::new();
+            if i % 2 == 0 {
+                b.delete(format!("key{i:08}")).unwrap();
+            } else {
+                b.put(format!("key{i:08}"), format!("v2-{i}")).unwrap();
+            }
+            db.write_opt(b, WriteOptions::no_sync()).unwrap();
+        }
+        db.delete_range("key00005000", "key00006000").unwrap();
+        load(&db, 5_000, 100);
+        db.flush().unwrap();
+        db.wait_for_compactions().unwrap();
+        let old = snap.iter().count();
+        drop(snap);
+        db.compact_all().unwrap();
+        let s = db.stats();
+        if max_subcompactions == 1 {
+            assert_eq!(s.subcompactions, 0);
+        } else {
+            assert!(s.subcompactions > 0, "compactions were split: {s:?}");
+        }
+        assert!(db.verify().is_ok());
+        let live = contents(&db);
+        drop(db);
+        let db = Db::open_with_storage("/db", opts, Arc::new(storage)).unwrap();
+        assert_eq!(contents(&db), live, "the same after reopening");
+        results.push((old, live));
+    }
+    assert_eq!(results[0], results[1]);
+    assert_eq!(results[0].0, 20_000);
+}
+
 #[test]
 fn tombstones_are_dropped_at_the_bottom_level() {
     let storage = MemStorage::new();
