@@ -106,6 +106,8 @@ impl State {
 /// The write-ahead log being appended to.
 pub(crate) struct Wal {
     pub writer: LogWriter,
+    /// Delay owed by writes made while level 0 is over its slowdown trigger, not yet slept.
+    pub slowdown_owed: std::time::Duration,
 }
 
 /// Shared engine state; background threads and handles hold an `Arc` of it.

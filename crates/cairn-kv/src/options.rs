@@ -45,10 +45,15 @@ pub struct Options {
     pub target_file_size: u64,
     /// Level-0 file count that triggers an L0 to L1 compaction (default 4).
     pub level0_compaction_trigger: usize,
-    /// Level-0 file count at which each write is delayed (default 20).
+    /// Level-0 file count at which writes are slowed to `delayed_write_rate` (default 20).
     pub level0_slowdown_trigger: usize,
     /// Level-0 file count at which writes wait for compaction (default 36).
     pub level0_stop_trigger: usize,
+    /// Bytes per second writers are held to once level 0 reaches `level0_slowdown_trigger`
+    /// (default 16 MiB/s, as RocksDB's). The rate falls in proportion as level 0 nears
+    /// `level0_stop_trigger`: one table short of it, writes get 1/(stop - slowdown) of it.
+    /// Writers sleep in steps of a millisecond or more.
+    pub delayed_write_rate: u64,
     /// Target size of level 1 (default 256 MiB).
     pub max_bytes_for_level_base: u64,
     /// Each level below L1 may hold this many times the level above (default 10).
@@ -87,6 +92,7 @@ impl Default for Options {
             level0_compaction_trigger: 4,
             level0_slowdown_trigger: 20,
             level0_stop_trigger: 36,
+            delayed_write_rate: 16 << 20,
             max_bytes_for_level_base: 256 << 20,
             level_size_multiplier: 10,
             num_levels: 7,

@@ -193,7 +193,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
         flushing: false,
         compact_pointer: vec![Vec::new(); opts.num_levels],
     };
-    let wal = Wal { writer };
+    let wal = Wal { writer, slowdown_owed: std::time::Duration::ZERO };
     Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock))
 }
 

@@ -36,7 +36,8 @@ fn process(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> Vec<Result<()>> {
         return fail_all(&e);
     }
     let mut wal = inner.wal.lock();
-    if let Err(e) = make_room(inner, &mut wal) {
+    let bytes: usize = reqs.iter().map(|r| r.batch.approximate_size()).sum();
+    if let Err(e) = make_room(inner, &mut wal, bytes as u64) {
         return fail_all(&e);
     }
     let sv = inner.sv.load_full();
@@ -148,26 +149,34 @@ pub(crate) fn clone_err(e: &Error) -> Error {
     }
 }
 
-/// Waits until the memtable has room, switching to a new one when it is full, and delays or
-/// stops writes while level 0 is over its limits.
-fn make_room(inner: &Arc<DbInner>, wal: &mut Wal) -> Result<()> {
+/// Waits until the memtable has room, switching to a new one when it is full, and slows
+/// (`bytes` being the size of the writes about to be made) or stops writes while level 0 is
+/// over its limits.
+fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
     let mut slowed = false;
     loop {
         inner.check_poisoned()?;
         let mut st = inner.state.lock();
         let l0 = st.version.levels[0].len();
-        if l0 >= inner.opts.level0_stop_trigger {
+        let (slowdown, stop) = (inner.opts.level0_slowdown_trigger, inner.opts.level0_stop_trigger);
+        if l0 >= stop {
             let t = Instant::now();
             inner.bg_cv.wait_for(&mut st, Duration::from_millis(100));
             inner.counters.add_stall(t.elapsed());
             continue;
         }
-        if l0 >= inner.opts.level0_slowdown_trigger && !slowed {
+        if l0 < slowdown {
+            wal.slowdown_owed = Duration::ZERO;
+        } else if !slowed {
             drop(st);
-            let t = Instant::now();
-            std::thread::sleep(Duration::from_millis(1));
-            inner.counters.add_stall(t.elapsed());
             slowed = true;
+            let rate = slowdown_rate(inner.opts.delayed_write_rate, l0, slowdown, stop);
+            wal.slowdown_owed += Duration::from_secs_f64(bytes as f64 / rate as f64);
+            if wal.slowdown_owed >= Duration::from_millis(1) {
+                let t = Instant::now();
+                std::thread::sleep(std::mem::take(&mut wal.slowdown_owed));
+                inner.counters.add_stall(t.elapsed());
+            }
             continue;
         }
         if st.mem.approximate_bytes() < inner.opts.memtable_size {
@@ -182,6 +191,15 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal) -> Result<()> {
         drop(st);
         switch_memtable(inner, wal, false)?;
     }
+}
+
+/// Bytes per second writes may make with `l0` tables in level 0, between the slowdown and stop
+/// triggers: `rate` at the slowdown trigger, falling in proportion to the tables left before
+/// the stop trigger.
+fn slowdown_rate(rate: u64, l0: usize, slowdown: usize, stop: usize) -> u64 {
+    let left = stop.saturating_sub(l0).max(1) as u64;
+    let span = stop.saturating_sub(slowdown).max(1) as u64;
+    (rate.saturating_mul(left) / span).max(1)
 }
 
 /// Freezes the current memtable and starts a new one with a new WAL. With `force`, switches
@@ -210,10 +228,26 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
             return Err(e);
         }
     };
-    *wal = Wal { writer };
+    *wal = Wal { writer, slowdown_owed: wal.slowdown_owed };
     let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number, inner.opts.memtable_size)));
     st.imms.push_back(old);
     inner.install_super_version(&st);
     inner.bg_cv.notify_all();
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slowdown_rate;
+
+    #[test]
+    fn slowdown_rate_falls_toward_the_stop_trigger() {
+        let r = 16 << 20;
+        assert_eq!(slowdown_rate(r, 20, 20, 36), r);
+        assert_eq!(slowdown_rate(r, 28, 20, 36), r / 2);
+        assert_eq!(slowdown_rate(r, 35, 20, 36), r / 16);
+        // Degenerate settings never divide by zero or stop writes outright.
+        assert_eq!(slowdown_rate(r, 5, 5, 5), r);
+        assert_eq!(slowdown_rate(0, 20, 20, 36), 1);
+    }
 }

@@ -123,6 +123,40 @@ fn tombstones_are_dropped_at_the_bottom_level() {
 }
 
 #[test]
+fn writes_are_held_to_the_delayed_write_rate_over_the_slowdown_trigger() {
+    let opts = Options {
+        memtable_size: 4 << 10,
+        level0_compaction_trigger: 1000,
+        level0_slowdown_trigger: 2,
+        level0_stop_trigger: 1000,
+        delayed_write_rate: 64 << 10,
+        ..Options::small_for_tests()
+    };
+    let db = Db::open_with_storage("/db", opts, Arc::new(MemStorage::new())).unwrap();
+    let put = |i: u32| {
+        let mut b = WriteBatch::new();
+        b.put(format!("key{i:08}"), noise(u64::from(i), 1000)).unwrap();
+        db.write_opt(b, WriteOptions::no_sync()).unwrap();
+    };
+    let mut i = 0;
+    while db.stats().levels[0].tables < 2 {
+        put(i);
+        i += 1;
+        db.flush().unwrap();
+    }
+    assert_eq!(db.stats().stall_micros, 0, "no delay under the slowdown trigger");
+    // 64 KiB more at 64 KiB/s (level 0 stays far below the stop trigger): about a second.
+    let t = std::time::Instant::now();
+    for j in 0..64 {
+        put(i + j);
+    }
+    let stalled = db.stats().stall_micros;
+    assert!(stalled >= 800_000, "stalled {stalled} µs");
+    assert!(t.elapsed() >= std::time::Duration::from_micros(stalled));
+    assert_eq!(db.iter().count(), i as usize + 64);
+}
+
+#[test]
 fn writes_stall_instead_of_growing_level0_without_bound() {
     let storage = MemStorage::new();
     let opts = Options {
