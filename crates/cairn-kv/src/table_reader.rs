@@ -467,17 +467,21 @@ mod tests {
                 Err(e) => is_corrupt(&e),
             }
         }
+        // A forward pass yields the model or a corruption error.
+        let forward = |it: &mut TableIter| {
+            let mut got = Vec::new();
+            let mut r = it.seek_to_first();
+            while r.is_ok() && it.valid() {
+                got.push((it.key().to_vec(), it.value().to_vec()));
+                r = it.next();
+            }
+            match r {
+                Ok(()) => assert_eq!(got, model),
+                Err(e) => is_corrupt(&e),
+            }
+        };
         let mut it = t.iter();
-        let mut got = Vec::new();
-        let mut r = it.seek_to_first();
-        while r.is_ok() && it.valid() {
-            got.push((it.key().to_vec(), it.value().to_vec()));
-            r = it.next();
-        }
-        match r {
-            Ok(()) => assert_eq!(got, model),
-            Err(e) => is_corrupt(&e),
-        }
+        forward(&mut it);
         let mut r = it.seek_to_last();
         while r.is_ok() && it.valid() {
             r = it.prev();
@@ -485,17 +489,7 @@ mod tests {
         if let Err(e) = r {
             is_corrupt(&e);
         }
-        let mut it = t.sequential_iter();
-        let mut got = Vec::new();
-        let mut r = it.seek_to_first();
-        while r.is_ok() && it.valid() {
-            got.push((it.key().to_vec(), it.value().to_vec()));
-            r = it.next();
-        }
-        match r {
-            Ok(()) => assert_eq!(got, model),
-            Err(e) => is_corrupt(&e),
-        }
+        forward(&mut t.sequential_iter());
         match t.verify() {
             Ok(n) => {
                 assert_eq!(n, model.len() as u64);
