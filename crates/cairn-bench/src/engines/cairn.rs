@@ -34,7 +34,8 @@ impl CairnEngine {
         };
         let settings = format!(
             "memtable {} MiB (+ up to {} frozen), block {} B, bloom {} bits/key, compression {:?}, block cache {} MiB, \
-             {} compaction threads + 1 flush thread, durability {} (WAL fsync per write, group-committed across writers)",
+             {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread) + 1 flush thread, \
+             durability {} (WAL fsync per write, group-committed across writers)",
             s.memtable_mb,
             opts.max_immutable_memtables,
             opts.block_size,
@@ -42,6 +43,7 @@ impl CairnEngine {
             opts.compression,
             s.cache_mb,
             opts.compaction_threads,
+            opts.max_subcompactions,
             s.durability.as_str(),
         );
         let settings = if s.durability == Durability::Nosync {
