@@ -165,11 +165,11 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
     let max_tombstone = version.tombstones.iter().map(|t| t.seq).max().unwrap_or(0);
     let bounds = split_points(c, inner.opts.max_subcompactions, inner.opts.target_file_size / 4);
     let merge = |lo: Option<&[u8]>, hi: Option<&[u8]>| {
-        merge_range(inner, c, lo, hi, &snapshots, c.bottommost, tombstones.as_deref(), max_tombstone)
+        merge_range(inner, c, lo, hi, &snapshots, tombstones.as_deref(), max_tombstone)
     };
+    inner.counters.add_subcompactions(bounds.len() as u64);
     // Key range i is [bounds[i - 1], bounds[i]), open at both ends; range 0 runs on this
     // thread, the others each on a thread of their own.
-    inner.counters.add_subcompactions(bounds.len() as u64);
     let pieces: Vec<Result<Piece>> = if bounds.is_empty() {
         vec![merge(None, None)]
     } else {
@@ -248,14 +248,12 @@ fn split_points(c: &Compaction, max: usize, min_bytes: u64) -> Vec<Vec<u8>> {
 
 /// Merges the entries of `c` with user keys in `[lo, hi)` (unbounded where `None`) into new
 /// tables of the next level.
-#[allow(clippy::too_many_arguments)]
 fn merge_range(
     inner: &Arc<DbInner>,
     c: &Compaction,
     lo: Option<&[u8]>,
     hi: Option<&[u8]>,
     snapshots: &[key::SeqNo],
-    bottommost: bool,
     tombstones: Option<&crate::range_del::FragmentedTombstones>,
     max_tombstone: key::SeqNo,
 ) -> Result<Piece> {
@@ -271,7 +269,7 @@ fn merge_range(
         children.push(Box::new(LevelIter::sequential(LevelFiles::Owned(c.next.clone()))));
     }
     let mut it = MergingIterator::new(children);
-    let mut filter = VersionFilter::new(snapshots, bottommost, tombstones);
+    let mut filter = VersionFilter::new(snapshots, c.bottommost, tombstones);
     let mut out = TableOutput::new(&inner.storage, &inner.dir, &inner.opts, inner.opts.target_file_size);
     if inner.opts.prepopulate_block_cache {
         out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);

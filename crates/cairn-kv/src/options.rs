@@ -64,8 +64,8 @@ pub struct Options {
     pub compaction_threads: usize,
     /// A compaction over several next-level tables is split into up to this many key ranges
     /// (each with a quarter of `target_file_size` or more of input), merged in parallel on
-    /// threads of their own (default 2; 1 merges every compaction on its compaction thread). Level-0 compactions, which hold back all others
-    /// into level 1, finish sooner this way.
+    /// threads of their own (default 2; 1 merges every compaction on its compaction thread).
+    /// Level-0 compactions, which hold back all others into level 1, finish sooner this way.
     pub max_subcompactions: usize,
     /// A clean close flushes the memtables when they hold at least this many bytes (default
     /// 1 MiB; 0 never flushes at close). The next open then has no log to replay, which is what

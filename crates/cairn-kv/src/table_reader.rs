@@ -90,20 +90,15 @@ impl TableReader {
     /// Reads a data block through `ra`: from its buffer when the buffer holds the block, else
     /// after refilling the buffer with the next [`READAHEAD`] bytes of data blocks from `h` on.
     fn read_data_block_ahead(&self, h: BlockHandle, ra: &mut Readahead) -> Result<Block> {
-        let corrupt = |reason: &str| Error::corruption(&self.path, h.offset, reason);
-        let end = block_end(h).filter(|&e| e <= self.data_end).ok_or_else(|| corrupt("block out of range"))?;
-        let buffered_end = ra.offset + ra.buf.len() as u64;
-        if h.offset < ra.offset || end > buffered_end {
-            let want = (end - h.offset).max(READAHEAD).min(self.data_end - h.offset);
-            let want = usize::try_from(want).map_err(|_| corrupt("block too large"))?;
-            let buf = self.file.read_at(h.offset, want).at(&self.path)?;
-            if buf.len() != want {
-                return Err(corrupt("short read"));
+        let end = match block_end(h) {
+            Some(end) if h.offset >= ra.offset && end <= ra.offset + ra.buf.len() as u64 => end,
+            _ => {
+                let (buf, end) = read_span(&*self.file, &self.path, h, self.data_end, READAHEAD)?;
+                *ra = Readahead { buf, offset: h.offset };
+                end
             }
-            *ra = Readahead { buf: Bytes::from(buf), offset: h.offset };
-        }
-        let start = (h.offset - ra.offset) as usize;
-        let raw = ra.buf.slice(start..start + (end - h.offset) as usize);
+        };
+        let raw = ra.buf.slice((h.offset - ra.offset) as usize..(end - ra.offset) as usize);
         Block::new(unseal_block(raw, &self.path, h)?, self.path.clone(), h.offset)
     }
 
@@ -230,14 +225,29 @@ impl TableReader {
 
 /// Reads, checksums and decompresses the block at `h` of `file`, which must end by `limit`.
 fn read_block(file: &dyn RandomAccessFile, path: &Path, h: BlockHandle, limit: u64) -> Result<Bytes> {
+    let (buf, _) = read_span(file, path, h, limit, 0)?;
+    unseal_block(buf, path, h)
+}
+
+/// Reads the block at `h` with its trailer, which must end by `limit`, and the bytes after it
+/// up to `at_least` bytes in all (or up to `limit`); returns what was read, starting at
+/// `h.offset`, and the offset where the block ends.
+fn read_span(
+    file: &dyn RandomAccessFile,
+    path: &Path,
+    h: BlockHandle,
+    limit: u64,
+    at_least: u64,
+) -> Result<(Bytes, u64)> {
     let corrupt = |reason: &str| Error::corruption(path, h.offset, reason);
     let end = block_end(h).filter(|&e| e <= limit).ok_or_else(|| corrupt("block out of range"))?;
-    let len = usize::try_from(end - h.offset).map_err(|_| corrupt("block too large"))?;
+    let want = (end - h.offset).max(at_least.min(limit - h.offset));
+    let len = usize::try_from(want).map_err(|_| corrupt("block too large"))?;
     let buf = file.read_at(h.offset, len).at(path)?;
     if buf.len() != len {
         return Err(corrupt("short read"));
     }
-    unseal_block(Bytes::from(buf), path, h)
+    Ok((Bytes::from(buf), end))
 }
 
 /// Checks a block's trailer (compression tag and checksum) and returns its decompressed

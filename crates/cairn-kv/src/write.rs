@@ -228,7 +228,7 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
             return Err(e);
         }
     };
-    *wal = Wal { writer, slowdown_owed: wal.slowdown_owed };
+    wal.writer = writer;
     let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number, inner.opts.memtable_size)));
     st.imms.push_back(old);
     inner.install_super_version(&st);
