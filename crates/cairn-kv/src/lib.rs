@@ -44,6 +44,7 @@ mod flush;
 mod manifest;
 mod memtable;
 mod merge_iter;
+mod prefetch;
 pub mod range_del;
 mod recovery;
 mod skiplist;

@@ -401,8 +401,18 @@ impl Cursor {
     /// Positions at the first entry `>=` the internal key `target`.
     pub fn seek(&mut self, target: &[u8]) {
         let (uk, t) = split_target(target);
-        let n = self.list.seek_ge(uk, t).map(NonNull::from);
-        self.node = n;
+        let n = self.list.seek_ge(uk, t);
+        self.prefetch_after(n);
+        self.node = n.map(NonNull::from);
+    }
+
+    /// Starts loading the node after `n`, which a forward scan reads next: in a merge over
+    /// several sources a few steps pass before it does, time enough for the load.
+    #[inline]
+    fn prefetch_after(&self, n: Option<&Node>) {
+        if let Some(next) = n.and_then(|n| n.next(0)) {
+            crate::prefetch::prefetch(next);
+        }
     }
 
     /// Positions at the last entry `<=` the internal key `target`.
@@ -413,8 +423,9 @@ impl Cursor {
     }
 
     pub fn next(&mut self) {
-        let n = self.node().and_then(|n| n.next(0)).map(NonNull::from);
-        self.node = n;
+        let n = self.node().and_then(|n| n.next(0));
+        self.prefetch_after(n);
+        self.node = n.map(NonNull::from);
     }
 
     /// Steps back: a search for the last entry before the current one (links go forward only).
