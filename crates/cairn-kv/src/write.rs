@@ -17,7 +17,7 @@ use crate::write_queue::{Slot, Validation, WriteRequest};
 use crate::{Error, Result};
 
 /// Processes one group; every slot gets a result.
-pub(crate) fn lead_group(inner: &Arc<DbInner>, group: &[Arc<Slot>]) {
+pub(crate) fn lead_group(inner: &Arc<DbInner>, group: &[&Slot]) {
     let mut reqs: Vec<WriteRequest> =
         group.iter().map(|s| s.request.lock().take()).map(|r| r.unwrap_or_else(empty_req)).collect();
     let results = process(inner, &mut reqs);

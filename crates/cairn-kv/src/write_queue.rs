@@ -34,6 +34,10 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    fn new(req: WriteRequest) -> Self {
+        Slot { request: Mutex::new(Some(req)), result: Mutex::new(None), wake: Condvar::new() }
+    }
+
     pub fn finish(&self, r: Result<()>) {
         let mut slot = self.result.lock();
         if slot.is_none() {
@@ -61,9 +65,22 @@ impl WriteQueue {
     /// Queues `req` and returns once it was applied (or failed). `lead` processes a group and
     /// must call [`Slot::finish`] on every slot it was given. If `lead` panics, every member of
     /// the group fails, `on_panic` is told (it poisons the engine), and the queue stays usable.
-    pub fn write(&self, req: WriteRequest, lead: impl Fn(&[Arc<Slot>]), on_panic: impl Fn(String)) -> Result<()> {
-        let slot = Arc::new(Slot { request: Mutex::new(Some(req)), result: Mutex::new(None), wake: Condvar::new() });
+    pub fn write(&self, req: WriteRequest, lead: impl Fn(&[&Slot]), on_panic: impl Fn(String)) -> Result<()> {
         let mut q = self.q.lock();
+        if !q.leader_active && q.waiting.is_empty() {
+            // Nobody else is writing: lead a group of one, with no queue entry to allocate.
+            q.leader_active = true;
+            drop(q);
+            let slot = Slot::new(req);
+            Self::run_group(&[&slot], &lead, &on_panic);
+            let mut q = self.q.lock();
+            q.leader_active = false;
+            if let Some(next) = q.waiting.front() {
+                next.wake.notify_one();
+            }
+            return slot.result.lock().take().unwrap_or_else(|| Err(Error::Poisoned("a write got no result".into())));
+        }
+        let slot = Arc::new(Slot::new(req));
         q.waiting.push_back(slot.clone());
         loop {
             if let Some(r) = slot.result.lock().take() {
@@ -84,13 +101,8 @@ impl WriteQueue {
                     group.extend(q.waiting.pop_front());
                 }
                 drop(q);
-                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lead(&group))).is_err() {
-                    let why = "the write path panicked".to_string();
-                    on_panic(why.clone());
-                    for s in &group {
-                        s.finish(Err(Error::Poisoned(why.clone())));
-                    }
-                }
+                let members: Vec<&Slot> = group.iter().map(|s| &**s).collect();
+                Self::run_group(&members, &lead, &on_panic);
                 q = self.q.lock();
                 q.leader_active = false;
                 for s in group.iter().chain(q.waiting.front()) {
@@ -99,6 +111,19 @@ impl WriteQueue {
                 continue;
             }
             slot.wake.wait(&mut q);
+        }
+    }
+}
+
+impl WriteQueue {
+    /// Runs `lead` on a group; if it panics, every member fails and `on_panic` is told.
+    fn run_group(group: &[&Slot], lead: &impl Fn(&[&Slot]), on_panic: &impl Fn(String)) {
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lead(group))).is_err() {
+            let why = "the write path panicked".to_string();
+            on_panic(why.clone());
+            for s in group {
+                s.finish(Err(Error::Poisoned(why.clone())));
+            }
         }
     }
 }
@@ -115,7 +140,7 @@ mod tests {
     }
 
     /// Eight threads each make `writes` writes through one queue, leaders running `lead`.
-    fn eight_writers(writes: usize, lead: impl Fn(&[Arc<Slot>]) + Sync) {
+    fn eight_writers(writes: usize, lead: impl Fn(&[&Slot]) + Sync) {
         let q = WriteQueue::default();
         std::thread::scope(|s| {
             for _ in 0..8 {
