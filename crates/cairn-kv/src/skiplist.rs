@@ -23,6 +23,8 @@ use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering as AtOrd};
 
 use parking_lot::Mutex;
 
+use crate::key::compare_bytes;
+
 /// Tallest tower. With a branching factor of 4, 12 levels index 4^12 (16 million) entries well.
 const MAX_HEIGHT: usize = 12;
 /// Arena chunk size in 8-byte words (1 MiB).
@@ -84,23 +86,6 @@ impl Node {
     fn cmp_to(&self, user_key: &[u8], trailer: u64) -> Ordering {
         compare_bytes(self.user_key(), user_key).then_with(|| trailer.cmp(&self.trailer))
     }
-}
-
-/// Lexicographic comparison, eight bytes at a time (short keys are the common case, where a
-/// call into `memcmp` costs more than the comparison).
-#[inline]
-fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
-    let n = a.len().min(b.len());
-    let mut i = 0;
-    while i + 8 <= n {
-        let x = u64::from_be_bytes(a[i..i + 8].try_into().unwrap_or_default());
-        let y = u64::from_be_bytes(b[i..i + 8].try_into().unwrap_or_default());
-        if x != y {
-            return x.cmp(&y);
-        }
-        i += 8;
-    }
-    a[i..].cmp(&b[i..])
 }
 
 /// The writer's allocation state.
@@ -459,16 +444,6 @@ mod tests {
 
     fn ikey(uk: &[u8], trailer: u64) -> Vec<u8> {
         [uk, &trailer.to_be_bytes()].concat()
-    }
-
-    #[test]
-    fn compare_bytes_matches_slice_order() {
-        let keys: [&[u8]; 8] = [b"", b"a", b"ab", b"abcdefgh", b"abcdefghi", b"abcdefgi", b"b", b"\xffabcdefgh"];
-        for a in keys {
-            for b in keys {
-                assert_eq!(compare_bytes(a, b), a.cmp(b), "{a:?} {b:?}");
-            }
-        }
     }
 
     proptest! {
