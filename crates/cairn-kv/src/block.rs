@@ -175,6 +175,26 @@ impl BlockIter {
         }
     }
 
+    /// Makes this an unpositioned iterator over `block`, keeping the key buffer (a scan moving
+    /// from block to block allocates none).
+    pub fn reset(&mut self, block: Arc<Block>) {
+        self.block = block;
+        self.key.clear();
+        self.invalidate();
+    }
+
+    /// Whether the iterator stands in the block's last restart interval: a forward scan is at
+    /// most a restart interval away from the next block.
+    pub fn in_last_interval(&self) -> bool {
+        self.restart_index + 1 >= self.block.num_restarts
+    }
+
+    /// Requests the block's first entry and its restart array (a scan about to enter it).
+    pub fn prefetch_start(block: &Block) {
+        prefetch_in(&block.data, 0);
+        prefetch_in(&block.data, block.restarts_offset);
+    }
+
     /// The current value as shared bytes (no copy). Requires `valid()`.
     pub fn value_bytes(&self) -> Bytes {
         self.block.data.slice(self.value_start..self.value_end)

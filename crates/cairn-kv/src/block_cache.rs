@@ -101,6 +101,18 @@ impl BlockCache {
         found
     }
 
+    /// The cached block at `offset` of table `table_id`, without counting a hit or a miss: a
+    /// scan looking one block ahead, which counts the hit with [`BlockCache::count_hit`] if it
+    /// then uses the block.
+    pub fn peek(&self, table_id: u64, offset: u64) -> Option<Arc<Block>> {
+        self.cache.as_ref().and_then(|c| c.get(&(table_id, offset)))
+    }
+
+    /// Counts a hit for a block taken with [`BlockCache::peek`].
+    pub fn count_hit(&self) {
+        self.counts[stripe()].hits.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Caches `block` as the block at `offset` of table `table_id` (blocks larger than a cache
     /// shard are not kept).
     pub fn insert(&self, table_id: u64, offset: u64, block: Arc<Block>) {

@@ -10,12 +10,68 @@ use bytes::Bytes;
 use crate::db::{DbInner, SuperVersion};
 use crate::iter::InternalIterator;
 use crate::key::{self, MAX_SEQ, SeqNo, ValueKind};
+use crate::memtable::MemtableIter;
 use crate::merge_iter::{LevelFiles, LevelIter, MergingIterator};
 use crate::range_del::FragmentedTombstones;
+use crate::table_reader::TableIter;
 use crate::{Error, Result};
 
 /// A key-value pair returned by iterators.
 pub type KvPair = (Bytes, Bytes);
+
+/// One sorted run a read merges, dispatched without a virtual call (the merge calls `key` and
+/// `next` on its children several times per entry).
+enum Source {
+    Mem(MemtableIter),
+    Table(TableIter),
+    Level(LevelIter),
+}
+
+macro_rules! each_source {
+    ($s:expr, $it:ident => $e:expr) => {
+        match $s {
+            Source::Mem($it) => $e,
+            Source::Table($it) => $e,
+            Source::Level($it) => $e,
+        }
+    };
+}
+
+impl InternalIterator for Source {
+    fn valid(&self) -> bool {
+        each_source!(self, it => it.valid())
+    }
+    fn seek_to_first(&mut self) -> Result<()> {
+        each_source!(self, it => it.seek_to_first())
+    }
+    fn seek_to_last(&mut self) -> Result<()> {
+        each_source!(self, it => it.seek_to_last())
+    }
+    fn seek(&mut self, target: &[u8]) -> Result<()> {
+        each_source!(self, it => it.seek(target))
+    }
+    fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
+        each_source!(self, it => it.seek_for_prev(target))
+    }
+    fn next(&mut self) -> Result<()> {
+        each_source!(self, it => it.next())
+    }
+    fn prev(&mut self) -> Result<()> {
+        each_source!(self, it => it.prev())
+    }
+    fn key(&self) -> &[u8] {
+        each_source!(self, it => it.key())
+    }
+    fn value(&self) -> &[u8] {
+        each_source!(self, it => it.value())
+    }
+    fn value_bytes(&self) -> Bytes {
+        each_source!(self, it => it.value_bytes())
+    }
+}
+
+/// The merge of a read's sources.
+type Merged = MergingIterator<Source>;
 
 /// What both cursors of an iterator share.
 struct Shared {
@@ -29,19 +85,19 @@ struct Shared {
 }
 
 impl Shared {
-    fn merged(&self) -> Result<MergingIterator> {
+    fn merged(&self) -> Result<Merged> {
         let sv = &self.sv;
-        let mut children: Vec<Box<dyn InternalIterator>> = Vec::new();
-        children.push(Box::new(sv.mem.iter()));
+        let mut children = Vec::with_capacity(1 + sv.imms.len() + sv.version.levels.len() + 4);
+        children.push(Source::Mem(sv.mem.iter()));
         for m in &sv.imms {
-            children.push(Box::new(m.iter()));
+            children.push(Source::Mem(m.iter()));
         }
         let (lo, hi) = (bound_slice(&self.lower), bound_slice(&self.upper));
         for f in &sv.version.levels[0] {
             let below = hi.is_some_and(|h| f.info.smallest_user() > h);
             let above = lo.is_some_and(|l| f.info.largest_user() < l);
             if !below && !above {
-                children.push(Box::new(f.open()?.iter()));
+                children.push(Source::Table(f.open()?.iter()));
             }
         }
         for (level, files) in sv.version.levels.iter().enumerate().skip(1) {
@@ -50,7 +106,7 @@ impl Shared {
             let end = hi.map_or(files.len(), |h| files.partition_point(|f| f.info.smallest_user() <= h));
             if start < end {
                 let range = LevelFiles::Version { version: sv.version.clone(), level, range: start..end };
-                children.push(Box::new(LevelIter::new(range)));
+                children.push(Source::Level(LevelIter::new(range)));
             }
         }
         Ok(MergingIterator::new(children))
@@ -92,8 +148,8 @@ fn corrupt(ikey: &[u8]) -> Error {
 /// Items are `Result`s: an I/O error or corruption ends the iteration after being returned.
 pub struct Iter {
     shared: Arc<Shared>,
-    front: Option<MergingIterator>,
-    back: Option<MergingIterator>,
+    front: Option<Merged>,
+    back: Option<Merged>,
     /// Last key returned from each end; the ends stop when they meet.
     front_key: Option<Bytes>,
     back_key: Option<Bytes>,
@@ -138,7 +194,7 @@ impl Iter {
     }
 
     /// The merged iterator the front walks with, positioned at the lower bound on first use.
-    fn front(&mut self) -> Result<&mut MergingIterator> {
+    fn front(&mut self) -> Result<&mut Merged> {
         if self.front.is_none() {
             let mut m = self.shared.merged()?;
             match &self.shared.lower {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use crate::Result;
 use crate::iter::InternalIterator;
 use crate::key::compare_internal;
+use crate::table_reader::TableIter;
 use crate::version::{TableFile, Version};
 
 /// A merge of several internal iterators. Internal keys are unique across children.
@@ -15,16 +16,16 @@ use crate::version::{TableFile, Version};
 /// Forward, the valid children form a min-heap by key: a step advances the top child and sifts
 /// it down, usually two comparisons when one child (the largest level) supplies a run of keys.
 /// Backward steps pick the largest child by a linear scan.
-pub(crate) struct MergingIterator {
-    children: Vec<Box<dyn InternalIterator>>,
+pub(crate) struct MergingIterator<C: InternalIterator = Box<dyn InternalIterator>> {
+    children: Vec<C>,
     current: Option<usize>,
     forward: bool,
     /// While `forward`: indices of the valid children, a min-heap by key (`heap[0]` is current).
     heap: Vec<usize>,
 }
 
-impl MergingIterator {
-    pub fn new(children: Vec<Box<dyn InternalIterator>>) -> Self {
+impl<C: InternalIterator> MergingIterator<C> {
+    pub fn new(children: Vec<C>) -> Self {
         let heap = Vec::with_capacity(children.len());
         MergingIterator { children, current: None, forward: true, heap }
     }
@@ -76,13 +77,13 @@ impl MergingIterator {
         self.current = self.heap.first().copied();
     }
 
-    fn cur(&mut self) -> &mut Box<dyn InternalIterator> {
+    fn cur(&mut self) -> &mut C {
         let i = self.current.unwrap_or_default();
         &mut self.children[i]
     }
 }
 
-impl InternalIterator for MergingIterator {
+impl<C: InternalIterator> InternalIterator for MergingIterator<C> {
     fn valid(&self) -> bool {
         self.current.is_some()
     }
@@ -194,7 +195,7 @@ impl LevelFiles {
 pub(crate) struct LevelIter {
     files: LevelFiles,
     idx: usize,
-    cur: Option<Box<dyn InternalIterator>>,
+    cur: Option<TableIter>,
     /// Open tables with [`crate::table_reader::TableReader::sequential_iter`] (compaction).
     sequential: bool,
 }
@@ -215,8 +216,7 @@ impl LevelIter {
         match self.files.as_slice().get(idx) {
             Some(f) => {
                 let reader = f.open()?;
-                let it = if self.sequential { reader.sequential_iter() } else { reader.iter() };
-                self.cur = Some(Box::new(it));
+                self.cur = Some(if self.sequential { reader.sequential_iter() } else { reader.iter() });
                 Ok(true)
             }
             None => {
