@@ -6,6 +6,7 @@
 //! Keys in blocks are internal keys ordered by [`key::compare_internal`]. Every malformed entry
 //! met while iterating is an [`Error::Corruption`] naming the file and the block's offset.
 
+use std::ops::Deref;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -121,6 +122,12 @@ impl Block {
     pub fn iter(self: &Arc<Self>) -> BlockIter {
         BlockIter::new(self.clone())
     }
+
+    /// Requests the block's first entry and its restart array (a scan about to enter it).
+    pub fn prefetch_start(&self) {
+        prefetch_in(&self.data, 0);
+        prefetch_in(&self.data, self.restarts_offset);
+    }
 }
 
 /// Blocks with at most this many restart points have all of them prefetched before a seek's
@@ -129,6 +136,71 @@ const PREFETCH_RESTARTS: usize = 8;
 
 /// Bytes past an entry's start that a prefetch also covers: its header and a short key.
 const KEY_REACH: usize = 32;
+
+/// Eight bytes of every restart key of a block, as big-endian integers, for seeks in large
+/// blocks (a table's index: one restart per data block, thousands of them): a binary search
+/// over the keys themselves costs two cache misses a probe (the restart offset, then the
+/// entry), one over this dense array a fraction of one. The eight bytes are those of the user
+/// key right after the prefix that every restart key shares (zero-padded), so that
+/// hashed or numbered keys with a common stem (`user…`) still differ in them.
+#[derive(Debug)]
+pub struct RestartPrefixes {
+    /// The user-key prefix all restart keys share.
+    common: Box<[u8]>,
+    prefixes: Box<[u64]>,
+}
+
+impl RestartPrefixes {
+    /// Builds the prefixes of `block`'s restart keys; `None` if a restart entry is malformed
+    /// (then seeks take the ordinary path, which reports the damage).
+    pub fn new(block: &Block) -> Option<RestartPrefixes> {
+        let mut it = BlockIter::new(block);
+        let first = key::user_key(it.restart_key(0).ok()?).to_vec();
+        let last = key::user_key(it.restart_key(block.num_restarts - 1).ok()?);
+        let shared = first.iter().zip(last).take_while(|(a, b)| a == b).count();
+        let common: Box<[u8]> = first[..shared].into();
+        let mut prefixes = Vec::with_capacity(block.num_restarts);
+        for i in 0..block.num_restarts {
+            let user_key = key::user_key(it.restart_key(i).ok()?);
+            prefixes.push(prefix_after(user_key, common.len()));
+        }
+        // Sorted keys give sorted prefixes; anything else is a damaged block.
+        prefixes.is_sorted().then(|| RestartPrefixes { common, prefixes: prefixes.into() })
+    }
+
+    /// Heap bytes held.
+    pub fn heap_bytes(&self) -> usize {
+        self.common.len() + self.prefixes.len() * 8
+    }
+
+    /// `(lo, hi)`: restart keys before `lo` have user keys `< user_key`, those from `hi` on
+    /// `> user_key`; those in `lo..hi` may be either or equal.
+    fn equal_range(&self, user_key: &[u8]) -> (usize, usize) {
+        let n = self.prefixes.len();
+        let stem = &user_key[..user_key.len().min(self.common.len())];
+        match stem.cmp(&self.common[..stem.len()]) {
+            std::cmp::Ordering::Less => return (0, 0),
+            std::cmp::Ordering::Greater => return (n, n),
+            // A key that is a proper prefix of the common prefix precedes every restart key.
+            std::cmp::Ordering::Equal if stem.len() < self.common.len() => return (0, 0),
+            std::cmp::Ordering::Equal => {}
+        }
+        let want = prefix_after(user_key, self.common.len());
+        let lo = self.prefixes.partition_point(|&p| p < want);
+        let hi = lo + self.prefixes[lo..].partition_point(|&p| p == want);
+        (lo, hi)
+    }
+}
+
+/// Bytes `skip..skip + 8` of `user_key`, zero-padded, as a big-endian integer (so integer
+/// order agrees with byte order wherever the prefixes differ).
+fn prefix_after(user_key: &[u8], skip: usize) -> u64 {
+    let rest = user_key.get(skip..).unwrap_or_default();
+    let mut b = [0u8; 8];
+    let n = rest.len().min(8);
+    b[..n].copy_from_slice(&rest[..n]);
+    u64::from_be_bytes(b)
+}
 
 /// One decoded entry header.
 struct Entry {
@@ -141,12 +213,13 @@ struct Entry {
     end: usize,
 }
 
-/// A bidirectional cursor over a [`Block`]. It holds a reference to the block, so it may
-/// outlive the cache entry it came from; opening one costs one reference count, which matters
-/// when many threads scan the same cached blocks.
+/// A bidirectional cursor over a [`Block`], held as `B`: an `Arc<Block>` lets the cursor
+/// outlive the cache entry it came from (scans; opening one costs one reference count), a
+/// `&Block` costs nothing (point lookups, which would otherwise touch the index block's
+/// reference count from every reading thread).
 #[derive(Debug)]
-pub struct BlockIter {
-    block: Arc<Block>,
+pub struct BlockIter<B: Deref<Target = Block> = Arc<Block>> {
+    block: B,
     /// Offset of the current entry (`restarts_offset` when not valid).
     current: usize,
     /// Offset just past the current entry.
@@ -159,25 +232,38 @@ pub struct BlockIter {
     valid: bool,
 }
 
-impl BlockIter {
+impl<B: Deref<Target = Block>> BlockIter<B> {
     /// An unpositioned iterator over `block`.
-    pub fn new(block: Arc<Block>) -> Self {
+    pub fn new(block: B) -> Self {
+        Self::with_key_buffer(block, Vec::new())
+    }
+
+    /// An unpositioned iterator over `block` that builds keys in `key` (its contents do not
+    /// matter), so a lookup can reuse one allocation; [`BlockIter::into_key_buffer`] gives it
+    /// back.
+    pub fn with_key_buffer(block: B, mut key: Vec<u8>) -> Self {
+        key.clear();
         let end = block.restarts_offset;
         BlockIter {
             block,
             current: end,
             next_offset: end,
             restart_index: 0,
-            key: Vec::new(),
+            key,
             value_start: 0,
             value_end: 0,
             valid: false,
         }
     }
 
+    /// The key buffer, for the next [`BlockIter::with_key_buffer`].
+    pub fn into_key_buffer(self) -> Vec<u8> {
+        self.key
+    }
+
     /// Makes this an unpositioned iterator over `block`, keeping the key buffer (a scan moving
     /// from block to block allocates none).
-    pub fn reset(&mut self, block: Arc<Block>) {
+    pub fn reset(&mut self, block: B) {
         self.block = block;
         self.key.clear();
         self.invalidate();
@@ -189,12 +275,6 @@ impl BlockIter {
         self.restart_index + 1 >= self.block.num_restarts
     }
 
-    /// Requests the block's first entry and its restart array (a scan about to enter it).
-    pub fn prefetch_start(block: &Block) {
-        prefetch_in(&block.data, 0);
-        prefetch_in(&block.data, block.restarts_offset);
-    }
-
     /// The current value as shared bytes (no copy). Requires `valid()`.
     pub fn value_bytes(&self) -> Bytes {
         self.block.data.slice(self.value_start..self.value_end)
@@ -202,7 +282,7 @@ impl BlockIter {
 
     /// Decodes the current value as a [`BlockHandle`] (index blocks). Requires `valid()`.
     pub fn handle(&self) -> Result<BlockHandle> {
-        BlockHandle::decode(self.value()).ok_or_else(|| {
+        BlockHandle::decode(&self.block.data[self.value_start..self.value_end]).ok_or_else(|| {
             let reason = format!("bad block handle in index entry at {}", self.current);
             Error::corruption(&self.block.path, self.block.offset, reason)
         })
@@ -246,6 +326,38 @@ impl BlockIter {
             }
             _ => Err(self.corrupt(pos, "malformed restart entry")),
         }
+    }
+
+    /// Positions at the first entry whose key is `>= target`, knowing that the last restart
+    /// point whose key is `< target` (or restart 0 if none is) lies in `left..=right`.
+    fn seek_between(&mut self, mut left: usize, mut right: usize, target: &[u8]) -> Result<()> {
+        while left < right {
+            let mid = left + (right - left).div_ceil(2);
+            if key::compare_internal(self.restart_key(mid)?, target).is_lt() {
+                left = mid;
+            } else {
+                right = mid - 1;
+            }
+        }
+        self.seek_to_restart(left);
+        while self.parse_next()? {
+            if key::compare_internal(&self.key, target).is_ge() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// [`InternalIterator::seek`] with the restart keys' [`RestartPrefixes`] (built from this
+    /// block): the binary search runs over a dense array of integers, and only restart keys
+    /// whose prefix equals the target's are decoded and compared in full.
+    pub fn seek_with(&mut self, prefixes: &RestartPrefixes, target: &[u8]) -> Result<()> {
+        debug_assert_eq!(prefixes.prefixes.len(), self.block.num_restarts);
+        let (lo, hi) = prefixes.equal_range(key::user_key(target));
+        // Restarts before `lo` are < target and from `hi` on > target, so the last one < target
+        // is `lo - 1` or one of `lo..hi`.
+        let left = lo.saturating_sub(1);
+        self.seek_between(left, hi.saturating_sub(1).max(left), target)
     }
 
     fn seek_to_restart(&mut self, i: usize) {
@@ -303,7 +415,7 @@ impl BlockIter {
     }
 }
 
-impl InternalIterator for BlockIter {
+impl<B: Deref<Target = Block> + Send> InternalIterator for BlockIter<B> {
     fn valid(&self) -> bool {
         self.valid
     }
@@ -320,29 +432,13 @@ impl InternalIterator for BlockIter {
     }
 
     fn seek(&mut self, target: &[u8]) -> Result<()> {
-        // Find the last restart point whose key is < target, then scan forward from it. In a
-        // block of few restart points, every one the search may probe is requested at once.
+        // In a block of few restart points, every one the search may probe is requested at once.
         if self.block.num_restarts <= PREFETCH_RESTARTS {
             for i in 0..self.block.num_restarts {
                 prefetch_in(&self.block.data, self.block.restart_point(i));
             }
         }
-        let (mut left, mut right) = (0, self.block.num_restarts - 1);
-        while left < right {
-            let mid = left + (right - left).div_ceil(2);
-            if key::compare_internal(self.restart_key(mid)?, target).is_lt() {
-                left = mid;
-            } else {
-                right = mid - 1;
-            }
-        }
-        self.seek_to_restart(left);
-        while self.parse_next()? {
-            if key::compare_internal(&self.key, target).is_ge() {
-                break;
-            }
-        }
-        Ok(())
+        self.seek_between(0, self.block.num_restarts - 1, target)
     }
 
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {

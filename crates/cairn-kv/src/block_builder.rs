@@ -156,7 +156,7 @@ mod tests {
         use proptest::prelude::*;
 
         use super::super::BlockBuilder;
-        use crate::block::Block;
+        use crate::block::{Block, BlockIter, RestartPrefixes};
         use crate::iter::InternalIterator;
         use crate::key::{self, compare_internal};
 
@@ -239,6 +239,37 @@ mod tests {
                 }
             }
 
+            /// A seek through the restart keys' prefixes lands where the model says, for keys
+            /// sharing a long stem (as an index's do), keys of a few bytes, equal user keys of
+            /// several sequence numbers, and targets inside, before, after and between the stem.
+            #[test]
+            fn seek_with_prefixes_matches_model(
+                stem in proptest::collection::vec(prop::sample::select(b"ab\x00\xff".to_vec()), 0..10),
+                raw in proptest::collection::vec(
+                    (proptest::collection::vec(prop::sample::select(b"ab\x00\xff".to_vec()), 0..12),
+                     0u64..4, any::<bool>(), Just(Vec::new())),
+                    1..300),
+                interval in 1usize..4,
+                targets in proptest::collection::vec(
+                    (any::<bool>(), proptest::collection::vec(prop::sample::select(b"ab\x00\xff".to_vec()), 0..14),
+                     0u64..5, 0u8..3),
+                    1..30),
+            ) {
+                let raw = raw.into_iter().map(|(k, seq, put, v)| ([&stem[..], &k].concat(), seq, put, v)).collect();
+                let entries = sorted_entries(raw);
+                let block = build(&entries, interval);
+                let prefixes = RestartPrefixes::new(&block).expect("a sound block has prefixes");
+                let mut it = BlockIter::new(&*block);
+                for (under_stem, uk, seq, kind) in targets {
+                    let kind = if kind == 2 { key::KIND_FOR_SEEK } else { kind };
+                    let uk = if under_stem { [&stem[..], &uk].concat() } else { uk };
+                    let t = key::internal_key(&uk, seq, kind);
+                    let pos = entries.partition_point(|e| compare_internal(&e.0, &t) == Ordering::Less);
+                    it.seek_with(&prefixes, &t).unwrap();
+                    prop_assert_eq!(at(&it), entries.get(pos).cloned());
+                }
+            }
+
             #[test]
             fn damaged_blocks_never_panic(
                 entries in entries_strategy(),
@@ -275,7 +306,11 @@ mod tests {
                     steps += 1;
                 }
             }
+            let prefixes = RestartPrefixes::new(&block);
             for t in [&b"a\0\0\0\0\0\0\0\x01"[..], &[0xff; 12]] {
+                if let Some(p) = &prefixes {
+                    let _ = it.seek_with(p, t);
+                }
                 if it.seek(t).is_ok() && it.valid() {
                     let _ = it.prev();
                 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use crate::block::{Block, BlockHandle, BlockIter};
+use crate::block::{Block, BlockHandle, BlockIter, RestartPrefixes};
 use crate::block_cache::BlockCache;
 use crate::bloom::BloomFilter;
 use crate::compression::decompress;
@@ -19,6 +19,11 @@ use crate::iter::InternalIterator;
 use crate::key;
 use crate::table_builder::{BLOCK_TRAILER_LEN, FOOTER_LEN, Footer, block_checksum};
 use crate::{Error, RandomAccessFile, Result};
+
+thread_local! {
+    /// The key buffer of this thread's point lookups (see [`TableReader::get_hashed`]).
+    static LOOKUP_KEY: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
 
 /// An open SSTable. Shared between threads behind an `Arc`.
 pub struct TableReader {
@@ -30,6 +35,8 @@ pub struct TableReader {
     /// End of the data blocks (start of the filter or index block).
     data_end: u64,
     index: Arc<Block>,
+    /// Prefixes of the index keys, for seeks (`None` if the index block is damaged).
+    index_prefixes: Option<RestartPrefixes>,
     filter: Option<BloomFilter>,
 }
 
@@ -78,7 +85,8 @@ impl TableReader {
         } else {
             None
         };
-        Ok(TableReader { file, path, table_id, cache, file_size, data_end, index, filter })
+        let index_prefixes = RestartPrefixes::new(&index);
+        Ok(TableReader { file, path, table_id, cache, file_size, data_end, index, index_prefixes, filter })
     }
 
     /// Reads a data block from the file, bypassing the cache.
@@ -136,14 +144,37 @@ impl TableReader {
         if !self.filter.as_ref().is_none_or(|f| f.may_contain_hash(hash)) {
             return Ok(None);
         }
-        let mut index = self.index.iter();
-        index.seek(lookup)?;
-        if !index.valid() {
+        // Both cursors borrow their block and share one thread-local key buffer: a lookup
+        // allocates nothing and touches no reference count but the data block's (the index
+        // block is read by every lookup from every thread).
+        let mut index = BlockIter::with_key_buffer(&*self.index, LOOKUP_KEY.take());
+        let found = self
+            .seek_index(&mut index, lookup)
+            .and_then(|()| if index.valid() { index.handle().map(Some) } else { Ok(None) });
+        let key = index.into_key_buffer();
+        let Some(handle) = found? else {
+            LOOKUP_KEY.set(key);
             return Ok(None);
+        };
+        let block = self.data_block(handle)?;
+        let mut it = BlockIter::with_key_buffer(&*block, key);
+        let found = it.seek(lookup).map(|()| {
+            (it.valid() && key::user_key(it.key()) == user_key).then(|| (key::trailer(it.key()), it.value_bytes()))
+        });
+        LOOKUP_KEY.set(it.into_key_buffer());
+        found
+    }
+
+    /// Seeks a cursor over this table's index block.
+    fn seek_index<B: std::ops::Deref<Target = Block> + Send>(
+        &self,
+        index: &mut BlockIter<B>,
+        target: &[u8],
+    ) -> Result<()> {
+        match &self.index_prefixes {
+            Some(p) => index.seek_with(p, target),
+            None => index.seek(target),
         }
-        let mut it = BlockIter::new(self.data_block(index.handle()?)?);
-        it.seek(lookup)?;
-        Ok((it.valid() && key::user_key(it.key()) == user_key).then(|| (key::trailer(it.key()), it.value_bytes())))
     }
 
     /// Point lookup: if the bloom filter may contain `user_key`, finds the first entry whose
@@ -351,7 +382,7 @@ impl TableIter {
         }
         let next = self.table.cache.peek(self.table.table_id, self.data_limit);
         if let Some(b) = &next {
-            BlockIter::prefetch_start(b);
+            b.prefetch_start();
         }
         self.ahead = Some((self.data_limit, next));
     }
@@ -425,7 +456,7 @@ impl InternalIterator for TableIter {
 
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         self.step(|s| {
-            s.index.seek(target)?;
+            s.table.seek_index(&mut s.index, target)?;
             s.init_data_block()?;
             if let Some(d) = &mut s.data {
                 d.seek(target)?;
@@ -438,7 +469,7 @@ impl InternalIterator for TableIter {
         self.step(|s| {
             // The first block whose last key is >= target, or else the last block, holds the
             // answer or is preceded by the block that does.
-            s.index.seek(target)?;
+            s.table.seek_index(&mut s.index, target)?;
             if !s.index.valid() {
                 s.index.seek_to_last()?;
             }
