@@ -22,11 +22,31 @@ pub(crate) fn spawn(inner: &Arc<DbInner>) -> Result<Vec<JoinHandle<()>>> {
     threads.push(std::thread::Builder::new().name("cairn-flush".into()).spawn(flush).map_err(spawn_err)?);
     for n in 0..inner.opts.compaction_threads.max(1) {
         let i = inner.clone();
-        let compact = move || guarded(&i, "compaction", compaction_loop);
+        let compact = move || {
+            lower_priority(i.opts.compaction_nice);
+            guarded(&i, "compaction", compaction_loop)
+        };
         let t = std::thread::Builder::new().name(format!("cairn-compact-{n}")).spawn(compact);
         threads.push(t.map_err(spawn_err)?);
     }
     Ok(threads)
+}
+
+/// Adds `nice` to the calling thread's scheduling niceness (Linux: niceness is per thread, and
+/// threads it starts inherit it). Best effort: an error leaves the priority as it was.
+fn lower_priority(nice: i32) {
+    #[cfg(target_os = "linux")]
+    if nice > 0 {
+        // SAFETY: plain system calls on the calling thread; no memory is passed.
+        #[allow(unsafe_code)]
+        unsafe {
+            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+            let now = libc::getpriority(libc::PRIO_PROCESS, tid);
+            libc::setpriority(libc::PRIO_PROCESS, tid, now.saturating_add(nice).min(19));
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = nice;
 }
 
 /// Runs a worker; a panic poisons the engine instead of leaving it on unknown state.

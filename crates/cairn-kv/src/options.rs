@@ -67,6 +67,16 @@ pub struct Options {
     /// threads of their own (default 2; 1 merges every compaction on its compaction thread).
     /// Level-0 compactions, which hold back all others into level 1, finish sooner this way.
     pub max_subcompactions: usize,
+    /// Scheduling niceness added to the compaction threads (and the sub-compaction threads they
+    /// start), on Linux (default 10; 0 leaves them at the process's priority; ignored
+    /// elsewhere). When clients keep every core busy, compactions then take the CPU they leave
+    /// idle instead of an equal share of it: reads and writes keep their latency while a
+    /// backlog of compaction work is being paid off, and writers are still held back by
+    /// `level0_slowdown_trigger` and `level0_stop_trigger` if the backlog grows, which leaves
+    /// the compactions the CPU again. The flush thread keeps normal priority, since writers
+    /// wait for it once the memtables are full. (RocksDB offers the same as
+    /// `Env::LowerThreadPoolCPUPriority`.)
+    pub compaction_nice: i32,
     /// A clean close flushes the memtables when they hold at least this many bytes (default
     /// 1 MiB; 0 never flushes at close). The next open then has no log to replay, which is what
     /// short-lived processes (a CLI command after one that wrote a lot) pay for otherwise.
@@ -98,6 +108,7 @@ impl Default for Options {
             num_levels: 7,
             compaction_threads: 2,
             max_subcompactions: 2,
+            compaction_nice: 10,
             flush_on_close_bytes: 1 << 20,
         }
     }

@@ -6,7 +6,8 @@
 //! chunks go at once). Nodes are never removed or moved: a node lives as long as the list, and
 //! readers hold the list (an `Arc`) while they hold a node.
 //!
-//! This is the only module of cairn-kv with `unsafe` code. The invariants every block relies on:
+//! Besides the system calls of `storage_mmap`, `prefetch` and `background`, this is the only
+//! module of cairn-kv with `unsafe` code. The invariants every block relies on:
 //! 1. Chunks are allocated once, never resized or freed before the list is dropped, and only
 //!    reached through raw pointers (no `&mut` to a chunk ever exists after it is created).
 //! 2. Only the writer (holding `writer`'s lock) writes node memory, and only before the node is

@@ -34,7 +34,7 @@ impl CairnEngine {
         };
         let settings = format!(
             "memtable {} MiB (+ up to {} frozen), block {} B, bloom {} bits/key, compression {:?}, block cache {} MiB, \
-             {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread) + 1 flush thread, \
+             {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread) at nice +{} + 1 flush thread, \
              durability {} (WAL fsync per write, group-committed across writers)",
             s.memtable_mb,
             opts.max_immutable_memtables,
@@ -44,6 +44,7 @@ impl CairnEngine {
             s.cache_mb,
             opts.compaction_threads,
             opts.max_subcompactions,
+            opts.compaction_nice,
             s.durability.as_str(),
         );
         let settings = if s.durability == Durability::Nosync {

@@ -187,3 +187,42 @@ fn writes_stall_instead_of_growing_level0_without_bound() {
     assert!(seen <= opts.level0_stop_trigger + opts.max_immutable_memtables, "L0 grew to {seen} tables");
     assert_eq!(db.iter().count(), 20_000);
 }
+
+/// Niceness of each of this process's threads named `prefix*`, from `/proc/self/task`.
+#[cfg(target_os = "linux")]
+fn thread_nices(prefix: &str) -> Vec<i64> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(prefix) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
+        // Fields after the parenthesised name: state is field 3, nice is field 19.
+        let rest = &stat[stat.rfind(')').unwrap() + 2..];
+        out.push(rest.split(' ').nth(16).unwrap().parse().unwrap());
+    }
+    out
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn compaction_threads_run_at_the_configured_niceness() {
+    let base = thread_nices("").into_iter().min().unwrap_or(0);
+    // A value no other test uses, so this database's threads can be told apart.
+    let opts = Options { compaction_threads: 3, compaction_nice: 7, ..Options::small_for_tests() };
+    let want = (base + 7).min(19);
+    let db = Db::open_with_storage("/db", opts, Arc::new(MemStorage::new())).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let ours = thread_nices("cairn-compact-").into_iter().filter(|&n| n == want).count();
+        if ours >= 3 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{ours} of 3 compaction threads at nice {want}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // The flush thread keeps the process's priority: writers wait for it.
+    assert!(thread_nices("cairn-flush").contains(&base));
+    drop(db);
+}
