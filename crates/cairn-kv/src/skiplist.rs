@@ -75,6 +75,16 @@ impl Node {
         }
     }
 
+    /// Starts loading the node a search descends to from here at `level - 1`: a search compares
+    /// this node's successor at `level` next, and if it must go down, that is the node it
+    /// compares after, so its cache miss overlaps the current one instead of following it.
+    #[inline(always)]
+    fn hint_below(&self, level: usize) {
+        if level > 0 {
+            crate::prefetch::prefetch(self.tower(level - 1).load(AtOrd::Relaxed).cast_const());
+        }
+    }
+
     fn next(&self, level: usize) -> Option<&Node> {
         // SAFETY: non-null links point at published nodes of the same list (invariant 2), which
         // live as long as the list and so as long as `self`'s borrow.
@@ -230,7 +240,9 @@ impl SkipList {
                     x = s;
                 }
             }
-            while let Some(next) = x.next(level) {
+            loop {
+                x.hint_below(level);
+                let Some(next) = x.next(level) else { break };
                 if next.cmp_to(user_key, trailer).is_lt() {
                     x = next;
                 } else {
@@ -276,6 +288,7 @@ impl SkipList {
         let mut x = self.head();
         let mut level = self.height.load(AtOrd::Acquire) - 1;
         loop {
+            x.hint_below(level);
             match x.next(level) {
                 Some(next) if next.cmp_to(user_key, trailer).is_lt() => x = next,
                 found => {
