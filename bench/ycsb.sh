@@ -36,7 +36,9 @@ bash bench/build-go-peers.sh || echo "warning: Go peers not built; pebble and ba
 
 FEATURES=()
 if [ "${ROCKSDB:-0}" = 1 ]; then
-  if ! command -v clang >/dev/null 2>&1 && ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1; then
+  # bindgen needs libclang itself (libclang.so or libclang-NN.so); a clang binary or
+  # libclang-cpp alone does not do.
+  if [ -z "${LIBCLANG_PATH:-}" ] && ! ldconfig -p | grep -Eq 'libclang(-[0-9.]+)?\.so'; then
     apt-get update -qq && apt-get install -y -qq libclang-dev clang >/dev/null
   fi
   FEATURES=(--features rocksdb)
