@@ -4,13 +4,13 @@
 //! Table ids are file numbers, which are never reused, so a deleted table's blocks are never
 //! served for another table. When a table is deleted its blocks are dropped
 //! ([`BlockCache::remove`]), so that the cache's usage counts live blocks only: writers warming
-//! the cache with blocks they write ([`BlockCache::insert_if_room`]) look at it.
+//! the cache with blocks they write ([`BlockCache::warm`]) look at it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use quick_cache::Weighter;
-use quick_cache::sync::Cache;
+use quick_cache::sync::{Cache, DefaultLifecycle};
+use quick_cache::{DefaultHashBuilder, OptionsBuilder, Weighter};
 
 use crate::block::Block;
 
@@ -28,6 +28,32 @@ impl Weighter<BlockKey, Arc<Block>> for BlockWeighter {
     fn weight(&self, _key: &BlockKey, block: &Arc<Block>) -> u64 {
         block.len() as u64 + BLOCK_OVERHEAD
     }
+}
+
+/// Shards of a cache of `capacity` bytes: one per MiB, between 16 and 256.
+///
+/// A shard is a lock: a background thread warming the cache with a new table's blocks takes
+/// shard after shard in write mode while client threads read. With few shards a reader often
+/// finds its shard taken, and if the holder is a low-priority compaction thread that the
+/// clients have preempted, the reader waits for it to be scheduled again. Many shards make
+/// that collision rare.
+fn shard_count(capacity: u64) -> usize {
+    (capacity >> 20).clamp(16, 256) as usize
+}
+
+/// Bytes [`BlockCache::warm`] inserts on one reading of the cache's free room.
+const ROOM_RECHECK: u64 = 4 << 20;
+
+/// What [`BlockCache::warm`] did with a block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Warmed {
+    /// The block is cached.
+    Inserted,
+    /// Its shard was locked by another thread: the block was left out (it is read from the
+    /// file if it is ever needed).
+    Busy,
+    /// The cache has no room for it without evicting (only when room was asked for).
+    Full,
 }
 
 /// A snapshot of the cache's counters.
@@ -87,7 +113,13 @@ impl BlockCache {
         let cache = (capacity > 0).then(|| {
             // Sized for 4 KiB blocks; the estimate only presizes tables and picks shard counts.
             let items = (capacity / (4096 + BLOCK_OVERHEAD)).max(1) as usize;
-            Cache::with_weighter(items, capacity, BlockWeighter)
+            let options = OptionsBuilder::new()
+                .estimated_items_capacity(items)
+                .weight_capacity(capacity)
+                .shards(shard_count(capacity))
+                .build()
+                .expect("estimated items and weight capacity are set");
+            Cache::with_options(options, BlockWeighter, DefaultHashBuilder::default(), DefaultLifecycle::default())
         });
         BlockCache { cache, capacity_bytes: capacity, counts: Default::default() }
     }
@@ -121,16 +153,28 @@ impl BlockCache {
         }
     }
 
-    /// Caches `block` only if that evicts nothing (the cache's usage plus the block's weight
-    /// stays within the budget); returns whether it did. Used to warm the cache with freshly
-    /// written blocks without pushing out blocks readers are using.
-    pub fn insert_if_room(&self, table_id: u64, offset: u64, block: Arc<Block>) -> bool {
-        let Some(c) = &self.cache else { return false };
-        if c.weight() + BlockWeighter.weight(&(table_id, offset), &block) > self.capacity_bytes {
-            return false;
+    /// Caches a block a background thread has just written, without ever waiting for a shard
+    /// lock (a contended block is left out: [`Warmed::Busy`]). With `room`, the block is cached
+    /// only if it evicts nothing: `room` is the caller's running estimate of the bytes the
+    /// cache has free (start it at 0), refreshed from the cache when it runs short, so that a
+    /// writer warming the cache with fresh blocks does not push out blocks readers use.
+    pub fn warm(&self, table_id: u64, offset: u64, block: Arc<Block>, room: Option<&mut u64>) -> Warmed {
+        let Some(c) = &self.cache else { return Warmed::Full };
+        if let Some(room) = room {
+            let weight = BlockWeighter.weight(&(table_id, offset), &block);
+            if *room < weight {
+                // Asked again every few MiB, since other threads fill the cache meanwhile.
+                *room = self.capacity_bytes.saturating_sub(c.weight()).min(ROOM_RECHECK);
+                if *room < weight {
+                    return Warmed::Full;
+                }
+            }
+            *room -= weight;
         }
-        c.insert((table_id, offset), block);
-        true
+        match c.try_insert((table_id, offset), block) {
+            Ok(()) => Warmed::Inserted,
+            Err(_) => Warmed::Busy,
+        }
     }
 
     /// Drops the block at `offset` of table `table_id`, if cached.
@@ -201,25 +245,56 @@ mod tests {
     }
 
     #[test]
-    fn insert_if_room_never_evicts_and_remove_frees() {
+    fn warming_with_room_never_evicts_and_remove_frees() {
         let c = BlockCache::new(64 << 10);
+        let mut room = 0;
         let mut kept = 0;
         for i in 0..200 {
-            kept += c.insert_if_room(1, i, block(1000)) as u64;
+            match c.warm(1, i, block(1000), Some(&mut room)) {
+                Warmed::Inserted => kept += 1,
+                Warmed::Full => break,
+                Warmed::Busy => panic!("no other thread holds a shard"),
+            }
         }
         let s = c.stats();
         assert!(kept > 10 && kept < 200, "{kept}");
         assert_eq!(s.entries as u64, kept, "no block already in was pushed out");
         assert!(s.usage_bytes <= 64 << 10);
-        assert!(!c.insert_if_room(2, 0, block(1000)), "full");
+        assert_eq!(c.warm(2, 0, block(1000), Some(&mut 0)), Warmed::Full);
         for i in 0..kept {
             assert!(c.get(1, i).is_some());
             c.remove(1, i);
             assert!(c.get(1, i).is_none());
         }
         assert_eq!(c.usage_bytes(), 0);
-        assert!(c.insert_if_room(2, 0, block(1000)));
-        assert!(!BlockCache::new(0).insert_if_room(1, 0, block(10)));
+        assert_eq!(c.warm(2, 0, block(1000), Some(&mut 0)), Warmed::Inserted);
+        assert_eq!(BlockCache::new(0).warm(1, 0, block(10), Some(&mut 0)), Warmed::Full);
+        assert_eq!(BlockCache::new(0).warm(1, 0, block(10), None), Warmed::Full);
+    }
+
+    #[test]
+    fn warming_without_room_evicts_to_the_budget() {
+        let c = BlockCache::new(64 << 10);
+        for i in 0..200 {
+            assert_eq!(c.warm(1, i, block(1000), None), Warmed::Inserted);
+        }
+        assert!(c.usage_bytes() <= 64 << 10);
+        assert!(c.get(1, 199).is_some(), "the newest block is kept");
+    }
+
+    #[test]
+    fn warming_a_full_cache_asks_it_for_room() {
+        let c = BlockCache::new(64 << 10);
+        // Another writer filled the cache.
+        for i in 0..200 {
+            c.insert(9, i, block(1000));
+        }
+        let mut room = 0;
+        let mut kept = 0;
+        while c.warm(1, kept, block(1000), Some(&mut room)) == Warmed::Inserted {
+            kept += 1;
+        }
+        assert!(kept < 5, "{kept} blocks warmed into a full cache");
     }
 
     #[test]

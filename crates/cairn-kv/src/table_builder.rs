@@ -17,7 +17,7 @@ use bytes::Bytes;
 
 use crate::block::{Block, BlockHandle};
 use crate::block_builder::BlockBuilder;
-use crate::block_cache::BlockCache;
+use crate::block_cache::{BlockCache, Warmed};
 use crate::bloom::BloomBuilder;
 use crate::compression::{BlockCompressor, TAG_NONE};
 use crate::error::IoContext;
@@ -147,7 +147,7 @@ pub enum WarmPolicy {
     /// Every block, evicting others as needed (flushed tables: their keys were just written,
     /// and recently written keys are the likeliest to be read).
     Always,
-    /// Blocks that fit without evicting anything ([`BlockCache::insert_if_room`]): compaction
+    /// Blocks that fit without evicting anything ([`BlockCache::warm`] with room): compaction
     /// output, which replaces blocks already cached when the data fits in the cache, and which
     /// must not push out hot blocks when it does not.
     IfRoom,
@@ -158,6 +158,8 @@ struct Warm {
     table_id: u64,
     policy: WarmPolicy,
     path: Arc<Path>,
+    /// Running estimate of the cache's free bytes (for [`WarmPolicy::IfRoom`]).
+    room: u64,
 }
 
 impl TableBuilder {
@@ -190,7 +192,7 @@ impl TableBuilder {
     /// are written, by `policy`, so that the first reads of a new table do not go to the file.
     pub fn warm(&mut self, cache: Arc<BlockCache>, table_id: u64, policy: WarmPolicy) {
         let path = Arc::from(self.path.as_path());
-        self.warm = Some(Warm { cache, table_id, policy, path });
+        self.warm = Some(Warm { cache, table_id, policy, path, room: 0 });
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -255,15 +257,14 @@ impl TableBuilder {
         let (tag, stored) = self.compressor.compress_block(&raw);
         let handle = self.write_block(&stored, tag)?;
         drop(stored);
-        if let Some(w) = &self.warm {
+        if let Some(w) = &mut self.warm {
             // A copy of exactly the block's size: the build buffer has spare capacity, which the
             // cache would hold without counting it.
             let block = Arc::new(Block::new(Bytes::copy_from_slice(&raw), w.path.clone(), handle.offset)?);
-            match w.policy {
-                WarmPolicy::Always => w.cache.insert(w.table_id, handle.offset, block),
-                // Once the cache is full, the rest of the table stays out of it too.
-                WarmPolicy::IfRoom if !w.cache.insert_if_room(w.table_id, handle.offset, block) => self.warm = None,
-                WarmPolicy::IfRoom => {}
+            let room = (w.policy == WarmPolicy::IfRoom).then_some(&mut w.room);
+            // Once the cache is full, the rest of the table stays out of it too.
+            if w.cache.warm(w.table_id, handle.offset, block, room) == Warmed::Full {
+                self.warm = None;
             }
         }
         self.data_block.recycle(raw);
