@@ -101,9 +101,14 @@ fn flush_loop(inner: &Arc<DbInner>) {
         match res {
             Ok(next_wal) => {
                 drop(st);
+                crate::compaction::open_new_tables(inner, &[file_no]);
                 remove_old_wals(inner, next_wal);
             }
-            Err(e) => inner.poison(format!("memtable flush failed: {e}")),
+            Err(e) => {
+                drop(st);
+                inner.block_cache.forget_pending(file_no);
+                inner.poison(format!("memtable flush failed: {e}"));
+            }
         }
         inner.bg_cv.notify_all();
     }

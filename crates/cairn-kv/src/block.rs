@@ -108,6 +108,11 @@ impl Block {
         &self.data
     }
 
+    /// Number of restart points (in a table's index: of entries, hence of data blocks).
+    pub fn num_restarts(&self) -> usize {
+        self.num_restarts
+    }
+
     /// Offset of the block in its file.
     pub fn offset(&self) -> u64 {
         self.offset
@@ -278,6 +283,12 @@ impl<B: Deref<Target = Block>> BlockIter<B> {
     /// The current value as shared bytes (no copy). Requires `valid()`.
     pub fn value_bytes(&self) -> Bytes {
         self.block.data.slice(self.value_start..self.value_end)
+    }
+
+    /// Index of the restart interval holding the current entry: in a block with a restart at
+    /// every entry (a table's index), the entry's number.
+    pub fn restart_index(&self) -> usize {
+        self.restart_index
     }
 
     /// Decodes the current value as a [`BlockHandle`] (index blocks). Requires `valid()`.

@@ -130,7 +130,11 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
         st.compacting.remove(&f.no());
     }
     let level = c.level;
-    let applied = result.and_then(|edit| crate::background::log_and_apply(inner, &mut st, edit));
+    let mut opened = Vec::new();
+    let applied = result.and_then(|edit| {
+        opened = edit.new_files.iter().map(|(_, f)| f.file_no).collect();
+        crate::background::log_and_apply(inner, &mut st, edit)
+    });
     // Release the inputs before announcing completion, so that files the compaction made
     // obsolete are already deleted when waiters wake up.
     drop(c);
@@ -142,7 +146,23 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
         inner.counters.add_compaction();
     }
     inner.bg_cv.notify_all();
+    drop(st);
+    if applied.is_ok() {
+        open_new_tables(inner, &opened);
+    }
     applied
+}
+
+/// Opens tables just installed by a flush or compaction, so that the data blocks written into
+/// the block cache for them ([`crate::block_cache::BlockCache::warm`]) join the cache's
+/// eviction at once rather than when the first read opens the table. A table that fails to
+/// open is left to the read that needs it, which reports the error.
+pub(crate) fn open_new_tables(inner: &DbInner, file_nos: &[u64]) {
+    for &no in file_nos {
+        if inner.cleaner.table_cache.get(no).is_err() {
+            inner.block_cache.forget_pending(no);
+        }
+    }
 }
 
 fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Result<VersionEdit> {

@@ -160,6 +160,8 @@ struct Warm {
     path: Arc<Path>,
     /// Running estimate of the cache's free bytes (for [`WarmPolicy::IfRoom`]).
     room: u64,
+    /// Number of the next data block (its index entry's).
+    next_block: usize,
 }
 
 impl TableBuilder {
@@ -192,7 +194,7 @@ impl TableBuilder {
     /// are written, by `policy`, so that the first reads of a new table do not go to the file.
     pub fn warm(&mut self, cache: Arc<BlockCache>, table_id: u64, policy: WarmPolicy) {
         let path = Arc::from(self.path.as_path());
-        self.warm = Some(Warm { cache, table_id, policy, path, room: 0 });
+        self.warm = Some(Warm { cache, table_id, policy, path, room: 0, next_block: 0 });
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -262,8 +264,10 @@ impl TableBuilder {
             // cache would hold without counting it.
             let block = Arc::new(Block::new(Bytes::copy_from_slice(&raw), w.path.clone(), handle.offset)?);
             let room = (w.policy == WarmPolicy::IfRoom).then_some(&mut w.room);
+            let number = w.next_block;
+            w.next_block += 1;
             // Once the cache is full, the rest of the table stays out of it too.
-            if w.cache.warm(w.table_id, handle.offset, block, room) == Warmed::Full {
+            if w.cache.warm(w.table_id, number, block, room) == Warmed::Full {
                 self.warm = None;
             }
         }

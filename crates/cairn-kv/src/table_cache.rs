@@ -47,7 +47,7 @@ impl TableCache {
         self.tables.get_or_insert_with(&file_no, || {
             let path = Self::table_path(&self.dir, file_no);
             let file = self.storage.open_read(&path).at(&path)?;
-            let table = TableReader::open(file, path, file_no, self.block_cache.clone())?;
+            let table = TableReader::open(file, path, file_no, &self.block_cache)?;
             Ok(Arc::new(table))
         })
     }
@@ -58,11 +58,13 @@ impl TableCache {
     }
 
     /// Closes table `file_no`, whose file is being deleted, and drops its cached data blocks
-    /// (when the table is open: a closed table's blocks age out).
+    /// (those of an open table at once, whoever still reads it, and those written for it but
+    /// not yet taken by an open).
     pub fn forget(&self, file_no: u64) {
         if let Some(t) = self.tables.peek(&file_no) {
             t.forget_cached_blocks();
         }
+        self.block_cache.forget_pending(file_no);
         self.evict(file_no);
     }
 
@@ -139,7 +141,7 @@ pub(crate) mod test_support {
 
     /// Opens table bytes as table 1.
     pub(crate) fn open(data: Vec<u8>, cache: &Arc<BlockCache>) -> crate::Result<Arc<TableReader>> {
-        TableReader::open(Arc::new(Contents(data)), "t.sst".into(), 1, cache.clone()).map(Arc::new)
+        TableReader::open(Arc::new(Contents(data)), "t.sst".into(), 1, cache).map(Arc::new)
     }
 
     /// A storage that only supports creating and reading files, counting opens.

@@ -1,5 +1,6 @@
 //! Reads SSTables written by [`crate::table_builder::TableBuilder`]: point lookups through the
-//! bloom filter and the index, data blocks through the shared [`BlockCache`], and
+//! bloom filter and the index, data blocks through the table's slots in the shared
+//! [`BlockCache`] ([`TableBlocks`], by block number: the index entry's), and
 //! [`TableIter`], a two-level (index, then data block) bidirectional iterator.
 //!
 //! Every block is checksum-verified when read from the file; any damage is an
@@ -11,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::block::{Block, BlockHandle, BlockIter, RestartPrefixes};
-use crate::block_cache::BlockCache;
+use crate::block_cache::{BlockCache, TableBlocks};
 use crate::bloom::BloomFilter;
 use crate::compression::decompress;
 use crate::error::IoContext;
@@ -30,7 +31,8 @@ pub struct TableReader {
     file: Arc<dyn RandomAccessFile>,
     path: Arc<Path>,
     table_id: u64,
-    cache: Arc<BlockCache>,
+    /// This table's cached data blocks.
+    blocks: Arc<TableBlocks>,
     file_size: u64,
     /// End of the data blocks (start of the filter or index block).
     data_end: u64,
@@ -56,7 +58,7 @@ impl TableReader {
         file: Arc<dyn RandomAccessFile>,
         path: PathBuf,
         table_id: u64,
-        cache: Arc<BlockCache>,
+        cache: &Arc<BlockCache>,
     ) -> Result<TableReader> {
         let path: Arc<Path> = Arc::from(path);
         let file_size = file.len();
@@ -86,7 +88,9 @@ impl TableReader {
             None
         };
         let index_prefixes = RestartPrefixes::new(&index);
-        Ok(TableReader { file, path, table_id, cache, file_size, data_end, index, index_prefixes, filter })
+        // One slot per index entry: the index has a restart point at every entry.
+        let blocks = cache.open_table(table_id, index.num_restarts());
+        Ok(TableReader { file, path, table_id, blocks, file_size, data_end, index, index_prefixes, filter })
     }
 
     /// Reads a data block from the file, bypassing the cache.
@@ -110,27 +114,24 @@ impl TableReader {
         Block::new(unseal_block(raw, &self.path, h)?, self.path.clone(), h.offset)
     }
 
-    /// The data block at `h`, from the block cache or else from the file (then cached).
-    fn data_block(&self, h: BlockHandle) -> Result<Arc<Block>> {
-        if let Some(b) = self.cache.get(self.table_id, h.offset) {
+    /// Data block number `i` (at `h`), from the block cache or else from the file (then
+    /// cached). A cached block is checked to be the one at `h`: a damaged index whose entries do
+    /// not each start a restart interval numbers blocks wrongly, which must cost reads, never
+    /// return another block.
+    fn data_block(&self, i: usize, h: BlockHandle) -> Result<Arc<Block>> {
+        if let Some(b) = self.blocks.get(i)
+            && b.offset() == h.offset
+        {
             return Ok(b);
         }
         let block = Arc::new(self.read_data_block(h)?);
-        self.cache.insert(self.table_id, h.offset, block.clone());
+        self.blocks.insert(i, block.clone());
         Ok(block)
     }
 
     /// Drops this table's data blocks from the block cache (its file is being deleted).
     pub fn forget_cached_blocks(&self) {
-        let mut index = self.index.iter();
-        let _ = index.seek_to_first();
-        while index.valid() {
-            let Ok(h) = index.handle() else { return };
-            self.cache.remove(self.table_id, h.offset);
-            if index.next().is_err() {
-                return;
-            }
-        }
+        self.blocks.clear();
     }
 
     /// Whether the bloom filter allows `user_key` (true when the table has no filter).
@@ -151,12 +152,13 @@ impl TableReader {
         let found = self
             .seek_index(&mut index, lookup)
             .and_then(|()| if index.valid() { index.handle().map(Some) } else { Ok(None) });
+        let number = index.restart_index();
         let key = index.into_key_buffer();
         let Some(handle) = found? else {
             LOOKUP_KEY.set(key);
             return Ok(None);
         };
-        let block = self.data_block(handle)?;
+        let block = self.data_block(number, handle)?;
         let mut it = BlockIter::with_key_buffer(&*block, key);
         let found = it.seek(lookup).map(|()| {
             (it.valid() && key::user_key(it.key()) == user_key).then(|| (key::trailer(it.key()), it.value_bytes()))
@@ -191,6 +193,7 @@ impl TableReader {
             table: self.clone(),
             index: self.index.iter(),
             data: None,
+            data_number: 0,
             data_offset: 0,
             data_limit: 0,
             ahead: None,
@@ -324,12 +327,13 @@ pub struct TableIter {
     table: Arc<TableReader>,
     index: BlockIter,
     data: Option<BlockIter>,
-    /// Offset of the block `data` walks, and the offset just past it (its trailer included):
-    /// where the next data block starts, if it is not the end of the data.
+    /// Number of the block `data` walks, its offset, and the offset just past it (its trailer
+    /// included): where the next data block starts, if it is not the end of the data.
+    data_number: usize,
     data_offset: u64,
     data_limit: u64,
-    /// The next block, looked up in the block cache while a forward scan walks the last
-    /// restart interval of the current one (`None` inside: it was not cached).
+    /// The next block (its offset), looked up in the block cache while a forward scan walks the
+    /// last restart interval of the current one (`None` inside: it was not cached).
     ahead: Option<(u64, Option<Arc<Block>>)>,
     /// Set for a sequential iterator: blocks come from here, not the block cache.
     readahead: Option<Readahead>,
@@ -353,19 +357,21 @@ impl TableIter {
         }
         let h = self.index.handle()?;
         if self.data.is_none() || self.data_offset != h.offset {
+            let number = self.index.restart_index();
             let ahead = self.ahead.take().and_then(|(offset, b)| b.filter(|_| offset == h.offset));
             let block = match (&mut self.readahead, ahead) {
                 (_, Some(b)) => {
-                    self.table.cache.count_hit();
+                    self.table.blocks.count_hit();
                     b
                 }
-                (None, None) => self.table.data_block(h)?,
+                (None, None) => self.table.data_block(number, h)?,
                 (Some(ra), None) => Arc::new(self.table.read_data_block_ahead(h, ra)?),
             };
             match &mut self.data {
                 Some(d) => d.reset(block),
                 None => self.data = Some(BlockIter::new(block)),
             }
+            self.data_number = number;
             self.data_offset = h.offset;
             self.data_limit = block_end(h).unwrap_or(u64::MAX);
         }
@@ -380,7 +386,7 @@ impl TableIter {
         if looked || self.readahead.is_some() || self.data_limit >= self.table.data_end {
             return;
         }
-        let next = self.table.cache.peek(self.table.table_id, self.data_limit);
+        let next = self.table.blocks.peek(self.data_number + 1).filter(|b| b.offset() == self.data_limit);
         if let Some(b) = &next {
             b.prefetch_start();
         }
