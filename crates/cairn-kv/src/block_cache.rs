@@ -1,5 +1,6 @@
 //! The shared block cache: decoded (decompressed, checksum-verified) SSTable data blocks under
-//! one byte budget, evicted by CLOCK.
+//! one byte budget, evicted as S3-FIFO does (a small probation queue, a main CLOCK with
+//! frequency counts, and ghosts of what probation evicted).
 //!
 //! Each open table holds its cached blocks itself ([`TableBlocks`]): one slot per data block,
 //! addressed by the block's number (its entry in the table's index, which a read has just found).
@@ -9,16 +10,25 @@
 //! the reference count: four or five dependent cache misses per lookup, a quarter of the time of
 //! an in-memory range scan, which looks up several blocks.
 //!
-//! The [`BlockCache`] keeps the budget: bytes charged, the list of tables for the CLOCK hand,
-//! and the blocks written by flushes and compactions for tables not opened yet. A slot is
-//! empty, cold or hot; a hit makes it hot, and the hand, sweeping table after table while the
-//! cache is over budget, makes hot slots cold and empties cold ones. New blocks enter cold, so
-//! a scan that touches each block once does not push out blocks that are read again.
+//! Eviction. Each slot has a state byte: empty, *small* (on probation), *main*, or *ghost* (a
+//! block recently evicted from probation), and for cached blocks a use count of 0 to 3 that a
+//! hit raises (written only when it changes, so a hot block's readers leave its line alone). A
+//! new block is put on probation: its slot joins the small FIFO queue. While probation holds more
+//! than a tenth of the budget, the cache evicts from its head: a block used since it came in
+//! moves to the main part, one that was not is evicted and its slot left a ghost. A block read
+//! again while its slot is a ghost goes straight to the main part. Otherwise the CLOCK hand
+//! sweeps the main part, table after table: a block with a use count loses one, a block
+//! without is evicted, and ghosts it passes are forgotten. So blocks a scan reads once leave
+//! through probation without pushing out blocks that are read again (the flush of a memtable
+//! into a cache smaller than it does not empty the cache, and neither does a long scan).
 //!
-//! A table's blocks leave the cache when the table is closed or deleted: [`TableBlocks`] gives
-//! their bytes back to the budget when it is dropped or [`TableBlocks::clear`]ed.
+//! The [`BlockCache`] keeps the budget: bytes charged, the probation queue, the list of tables
+//! for the hand, and the blocks written by flushes and compactions for tables not opened yet.
+//! One thread evicts at a time; others go on. A table's blocks leave the cache when the table is
+//! closed or deleted: [`TableBlocks`] gives their bytes back when it is dropped or
+//! [`TableBlocks::clear`]ed.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -65,11 +75,17 @@ pub struct BlockCache {
     capacity: u64,
     usage: AtomicU64,
     entries: AtomicUsize,
+    /// Bytes of the blocks on probation (approximate under races; only steers eviction).
+    small_bytes: AtomicU64,
+    /// Bytes of the blocks waiting for their table to open (see [`BlockCache::warm`]).
+    pending_bytes: AtomicU64,
     /// Hit and miss counts, striped by thread: every lookup counts, and threads reading at
     /// once would otherwise contend for one cache line.
     counts: [Counts; STRIPES],
-    /// The tables the CLOCK hand sweeps, and where it stands.
+    /// The tables the CLOCK hand sweeps, and where it stands; held by the evicting thread.
     clock: Mutex<Clock>,
+    /// The probation queue, oldest first.
+    small: Mutex<VecDeque<SmallEntry>>,
     /// Blocks of tables written but not opened yet, by table id then block number (see
     /// [`BlockCache::warm`]); charged like cached blocks.
     pending: Mutex<HashMap<u64, Vec<Option<Arc<Block>>>>>,
@@ -101,10 +117,24 @@ struct Clock {
     slot: usize,
 }
 
-/// Slot states.
+/// A block put on probation: its table, slot, and the block's address (a slot refilled since
+/// holds another block, and the entry is then stale).
+struct SmallEntry {
+    table: Weak<TableBlocks>,
+    slot: u32,
+    block: usize,
+}
+
+/// Slot states: a place in the high bits, a use count (for cached blocks) in the low two.
+const PLACE: u8 = 0b1100;
+const USES: u8 = 0b0011;
 const EMPTY: u8 = 0;
-const COLD: u8 = 1;
-const HOT: u8 = 2;
+const SMALL: u8 = 0b0100;
+const MAIN: u8 = 0b1000;
+const GHOST: u8 = 0b1100;
+
+/// Probation may hold this fraction of the budget (1/10, as S3-FIFO's small queue).
+const SMALL_SHARE: u64 = 10;
 
 /// Bytes [`BlockCache::warm`] inserts on one reading of the cache's free room.
 const ROOM_RECHECK: u64 = 4 << 20;
@@ -122,40 +152,51 @@ impl BlockCache {
             capacity: capacity_bytes as u64,
             usage: AtomicU64::new(0),
             entries: AtomicUsize::new(0),
+            small_bytes: AtomicU64::new(0),
+            pending_bytes: AtomicU64::new(0),
             counts: Default::default(),
             clock: Mutex::new(Clock::default()),
+            small: Mutex::new(VecDeque::new()),
             pending: Mutex::new(HashMap::new()),
         }
     }
 
     /// The slots of an opened table of `blocks` data blocks, taking over the blocks written for
-    /// it by [`BlockCache::warm`].
+    /// it by [`BlockCache::warm`] (on probation, like any new block).
     pub fn open_table(self: &Arc<Self>, table_id: u64, blocks: usize) -> Arc<TableBlocks> {
         let blocks = if self.capacity == 0 { 0 } else { blocks };
-        let t = Arc::new(TableBlocks {
+        let t = Arc::new_cyclic(|me| TableBlocks {
             cache: self.clone(),
+            me: me.clone(),
             blocks: (0..blocks).map(|_| ArcSwapOption::empty()).collect(),
             state: (0..blocks).map(|_| AtomicU8::new(EMPTY)).collect(),
         });
         if let Some(warm) = self.pending.lock().remove(&table_id) {
+            let mut small = Vec::new();
             for (i, b) in warm.into_iter().enumerate() {
                 let Some(b) = b else { continue };
+                let w = weight(&b);
+                self.pending_sub(w);
                 match t.blocks.get(i) {
                     // Already charged while pending.
                     Some(slot) => {
+                        small.push(SmallEntry { table: t.me.clone(), slot: i as u32, block: addr(&b) });
                         slot.store(Some(b));
-                        t.state[i].store(COLD, Ordering::Relaxed);
+                        t.state[i].store(SMALL, Ordering::Relaxed);
+                        self.small_bytes.fetch_add(w, Ordering::Relaxed);
                     }
-                    None => self.uncharge(weight(&b)),
+                    None => self.uncharge(w),
                 }
             }
+            self.small.lock().extend(small);
         }
         if blocks > 0 {
             let mut clock = self.clock.lock();
             clock.tables.retain(|w| w.strong_count() > 0);
-            clock.tables.push(Arc::downgrade(&t));
+            clock.tables.push(t.me.clone());
             clock.table = clock.table.min(clock.tables.len() - 1);
         }
+        self.evict_over_budget();
         t
     }
 
@@ -188,8 +229,10 @@ impl BlockCache {
             blocks[index].replace(block)
         };
         self.charge(w);
+        self.pending_bytes.fetch_add(w, Ordering::Relaxed);
         if let Some(old) = old {
             self.uncharge(weight(&old));
+            self.pending_sub(weight(&old));
         }
         self.evict_over_budget();
         Warmed::Inserted
@@ -201,6 +244,7 @@ impl BlockCache {
         let blocks = self.pending.lock().remove(&table_id);
         for b in blocks.into_iter().flatten().flatten() {
             self.uncharge(weight(&b));
+            self.pending_sub(weight(&b));
         }
     }
 
@@ -214,63 +258,131 @@ impl BlockCache {
         self.entries.fetch_sub(1, Ordering::Relaxed);
     }
 
+    fn small_sub(&self, w: u64) {
+        let _ = self.small_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| Some(s.saturating_sub(w)));
+    }
+
+    fn pending_sub(&self, w: u64) {
+        let _ = self.pending_bytes.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |s| Some(s.saturating_sub(w)));
+    }
+
     fn count(&self, hit: bool) {
         let c = &self.counts[stripe()];
         let counter = if hit { &c.hits } else { &c.misses };
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Evicts while the cache is over budget. One thread sweeps at a time; a thread that
-    /// finds the hand taken goes on, and the sweeping thread looks at the budget again after it
-    /// lets the hand go, so a block charged meanwhile is paid for.
+    /// Puts a block just stored in slot `slot` of `table` on probation.
+    fn enqueue_small(&self, table: &TableBlocks, slot: usize, block: &Arc<Block>) {
+        self.small_bytes.fetch_add(weight(block), Ordering::Relaxed);
+        let mut small = self.small.lock();
+        small.push_back(SmallEntry { table: table.me.clone(), slot: slot as u32, block: addr(block) });
+        // Without eviction (a database that fits), entries of blocks gone otherwise (tables
+        // deleted, slots refilled) would pile up: drop them once they outnumber the blocks.
+        if small.len() > 2 * self.entries.load(Ordering::Relaxed) + 1024 {
+            small.retain(|e| e.resolve().is_some());
+        }
+    }
+
+    /// Evicts while the cache is over budget. One thread evicts at a time; a thread that finds
+    /// the hand taken goes on, and the evicting thread looks at the budget again after it lets
+    /// the hand go, so a block charged meanwhile is paid for.
     fn evict_over_budget(&self) {
         // Bounded: blocks of a table being dropped are charged until its drop gives them back,
-        // and no sweep can reach them meanwhile.
+        // and nothing can evict them meanwhile.
         for _ in 0..4 {
-            // Orders this thread's charge before its look at the hand, and the sweeping
+            // Orders this thread's charge before its look at the hand, and the evicting
             // thread's release of the hand before its look at the budget.
             std::sync::atomic::fence(Ordering::SeqCst);
             if self.usage_bytes() <= self.capacity {
                 return;
             }
             let Some(mut clock) = self.clock.try_lock() else { return };
-            if !self.sweep_until_within_budget(&mut clock) {
+            if !self.evict_until_within_budget(&mut clock) {
                 drop(clock);
                 // Nothing left to evict in open tables: the blocks waiting for unopened ones go.
                 let pending = std::mem::take(&mut *self.pending.lock());
                 for b in pending.into_values().flatten().flatten() {
                     self.uncharge(weight(&b));
+                    self.pending_sub(weight(&b));
                 }
             }
         }
     }
 
-    /// Moves the hand until the cache is within budget; `false` if two turns over every open
-    /// table did not get it there (every cold slot emptied, then every slot the first turn
-    /// made cold).
-    fn sweep_until_within_budget(&self, clock: &mut Clock) -> bool {
+    /// Evicts until the cache is within budget: from probation while it holds more than its
+    /// share (or the main part holds nothing), else from the main part; `false` if neither has
+    /// anything left to give (probation is empty, and the main part is empty or two turns of the
+    /// hand over every open table freed nothing). The hand looks at no more than
+    /// [`SWEEP_LIMIT`] slots per call: past that the cache stays over budget by a block or so,
+    /// and the next insert goes on from there (a large database's tables have millions of
+    /// slots, most of them empty).
+    fn evict_until_within_budget(&self, clock: &mut Clock) -> bool {
         let mut turns = 0;
-        while self.usage_bytes() > self.capacity {
-            if clock.tables.is_empty() || turns >= 2 {
+        let mut swept = 0;
+        loop {
+            let usage = self.usage_bytes();
+            if usage <= self.capacity {
+                return true;
+            }
+            let small = self.small_bytes.load(Ordering::Relaxed);
+            let main = usage.saturating_sub(small + self.pending_bytes.load(Ordering::Relaxed));
+            if (small > self.capacity / SMALL_SHARE || main == 0) && self.evict_small() {
+                continue;
+            }
+            if main > 0 && turns < 2 && !clock.tables.is_empty() {
+                if swept >= SWEEP_LIMIT {
+                    return true;
+                }
+                if clock.table >= clock.tables.len() {
+                    clock.table = 0;
+                    turns += 1;
+                    continue;
+                }
+                let Some(t) = clock.tables[clock.table].upgrade() else {
+                    let at = clock.table;
+                    clock.tables.swap_remove(at);
+                    clock.slot = 0;
+                    continue;
+                };
+                // (The hand's slot may be past the end if the list shifted under it.)
+                let from = clock.slot.min(t.blocks.len());
+                let end = t.sweep(from, self);
+                swept += end - from + 1;
+                if end >= t.blocks.len() {
+                    clock.table += 1;
+                    clock.slot = 0;
+                } else {
+                    clock.slot = end;
+                }
+                continue;
+            }
+            if !self.evict_small() {
                 return false;
             }
-            if clock.table >= clock.tables.len() {
-                clock.table = 0;
-                turns += 1;
-                continue;
+        }
+    }
+
+    /// Takes the oldest entry off probation: its block moves to the main part if it was used
+    /// since it came in, and is evicted otherwise (its slot left a ghost). `false` if the queue
+    /// is empty; stale entries are dropped on the way.
+    fn evict_small(&self) -> bool {
+        let Some(e) = self.small.lock().pop_front() else { return false };
+        let Some((t, i)) = e.resolve() else { return true };
+        let s = &t.state[i];
+        let v = s.load(Ordering::Relaxed);
+        if v & PLACE != SMALL {
+            return true;
+        }
+        let Some(w) = t.blocks[i].load().as_ref().map(|b| weight(b)) else { return true };
+        if v & USES > 0 {
+            if s.compare_exchange(v, MAIN, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+                self.small_sub(w);
             }
-            let Some(t) = clock.tables[clock.table].upgrade() else {
-                let at = clock.table;
-                clock.tables.swap_remove(at);
-                clock.slot = 0;
-                continue;
-            };
-            let end = t.sweep(clock.slot, self);
-            if end >= t.blocks.len() {
-                clock.table += 1;
-                clock.slot = 0;
-            } else {
-                clock.slot = end;
+        } else if s.compare_exchange(v, GHOST, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            self.small_sub(w);
+            if let Some(b) = t.blocks[i].swap(None) {
+                self.uncharge(weight(&b));
             }
         }
         true
@@ -298,12 +410,29 @@ impl BlockCache {
     }
 }
 
+/// The address of a block, to tell it from a later occupant of its slot.
+fn addr(b: &Arc<Block>) -> usize {
+    Arc::as_ptr(b) as usize
+}
+
+impl SmallEntry {
+    /// The entry's table and slot, if the slot still holds the block the entry was made for.
+    fn resolve(&self) -> Option<(Arc<TableBlocks>, usize)> {
+        let t = self.table.upgrade()?;
+        let i = self.slot as usize;
+        let same = t.blocks.get(i)?.load().as_ref().is_some_and(|b| addr(b) == self.block);
+        same.then_some((t, i))
+    }
+}
+
 /// The cached data blocks of one open table, by block number, charged to its [`BlockCache`].
 /// A block's slot holds it as an [`ArcSwapOption`]: readers load it without a lock, and the
-/// CLOCK hand of another thread can empty it meanwhile (a reader then holds the block until it
-/// is done with it, as with any cache).
+/// evicting thread can empty it meanwhile (a reader then holds the block until it is done with
+/// it, as with any cache).
 pub struct TableBlocks {
     cache: Arc<BlockCache>,
+    /// This value, for the probation queue and the hand.
+    me: Weak<TableBlocks>,
     blocks: Box<[ArcSwapOption<Block>]>,
     state: Box<[AtomicU8]>,
 }
@@ -316,6 +445,9 @@ impl std::fmt::Debug for TableBlocks {
 
 /// Slots the hand looks at per step before it re-checks the budget.
 const SWEEP_STEP: usize = 64;
+
+/// Slots the hand looks at, at most, per eviction call.
+const SWEEP_LIMIT: usize = 1 << 16;
 
 impl TableBlocks {
     /// The cached block number `i`, counting a hit or a miss.
@@ -330,9 +462,10 @@ impl TableBlocks {
     pub fn peek(&self, i: usize) -> Option<Arc<Block>> {
         let b = self.blocks.get(i)?.load_full()?;
         let s = &self.state[i];
+        let v = s.load(Ordering::Relaxed);
         // Written only when it changes: a hot block's readers leave its line alone.
-        if s.load(Ordering::Relaxed) != HOT {
-            s.store(HOT, Ordering::Relaxed);
+        if matches!(v & PLACE, SMALL | MAIN) && v & USES < USES {
+            let _ = s.compare_exchange(v, v + 1, Ordering::Relaxed, Ordering::Relaxed);
         }
         Some(b)
     }
@@ -342,44 +475,74 @@ impl TableBlocks {
         self.cache.count(true);
     }
 
-    /// Caches `block` as block number `i` (blocks larger than the whole budget are not kept).
+    /// Caches `block` as block number `i`: on probation, or in the main part if its slot is a
+    /// ghost (it was evicted from probation not long ago) or held a main block. Blocks larger
+    /// than the whole budget are not kept.
     pub fn insert(&self, i: usize, block: Arc<Block>) {
         let Some(slot) = self.blocks.get(i) else { return };
         let w = weight(&block);
         if w > self.cache.capacity {
             return;
         }
-        let old = slot.swap(Some(block));
-        self.cache.charge(w);
+        let cache = &self.cache;
+        let old = slot.swap(Some(block.clone()));
+        let prev = self.state[i]
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                Some(if matches!(p & PLACE, GHOST | MAIN) { MAIN } else { SMALL })
+            })
+            .unwrap_or(EMPTY);
+        cache.charge(w);
         if let Some(old) = old {
-            self.cache.uncharge(weight(&old));
+            let ow = weight(&old);
+            cache.uncharge(ow);
+            if prev & PLACE == SMALL {
+                cache.small_sub(ow);
+            }
         }
-        // New blocks enter cold: a block read once leaves before blocks read again.
-        self.state[i].store(COLD, Ordering::Relaxed);
-        self.cache.evict_over_budget();
+        if !matches!(prev & PLACE, GHOST | MAIN) {
+            cache.enqueue_small(self, i, &block);
+        }
+        drop(block);
+        cache.evict_over_budget();
     }
 
     /// Drops every cached block of the table (its file is being deleted).
     pub fn clear(&self) {
         for (slot, state) in self.blocks.iter().zip(self.state.iter()) {
-            state.store(EMPTY, Ordering::Relaxed);
+            // A swap makes the writer wait out every reader's claim on the old value; most
+            // slots of a large table are empty, and a load tells so without that.
+            if slot.load().is_none() {
+                state.store(EMPTY, Ordering::Relaxed);
+                continue;
+            }
+            let prev = state.swap(EMPTY, Ordering::Relaxed);
             if let Some(b) = slot.swap(None) {
-                self.cache.uncharge(weight(&b));
+                let w = weight(&b);
+                self.cache.uncharge(w);
+                if prev & PLACE == SMALL {
+                    self.cache.small_sub(w);
+                }
             }
         }
     }
 
     /// Moves the CLOCK hand over slots `from..` until the cache is within budget or
-    /// [`SWEEP_STEP`] slots were seen; returns where it stopped.
+    /// [`SWEEP_STEP`] slots were seen; returns where it stopped. Main blocks with uses lose one,
+    /// main blocks without are evicted, ghosts are forgotten; probation is left to its queue.
     fn sweep(&self, from: usize, cache: &BlockCache) -> usize {
         let end = (from + SWEEP_STEP).min(self.blocks.len());
         for i in from..end {
             let s = &self.state[i];
-            match s.load(Ordering::Relaxed) {
-                EMPTY => {}
-                HOT => s.store(COLD, Ordering::Relaxed),
-                _ => {
-                    if s.compare_exchange(COLD, EMPTY, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            let v = s.load(Ordering::Relaxed);
+            match v & PLACE {
+                GHOST => {
+                    let _ = s.compare_exchange(v, EMPTY, Ordering::Relaxed, Ordering::Relaxed);
+                }
+                MAIN if v & USES > 0 => {
+                    let _ = s.compare_exchange(v, v - 1, Ordering::Relaxed, Ordering::Relaxed);
+                }
+                MAIN => {
+                    if s.compare_exchange(v, EMPTY, Ordering::Relaxed, Ordering::Relaxed).is_ok()
                         && let Some(b) = self.blocks[i].swap(None)
                     {
                         cache.uncharge(weight(&b));
@@ -388,6 +551,7 @@ impl TableBlocks {
                         }
                     }
                 }
+                _ => {}
             }
         }
         end
@@ -447,6 +611,50 @@ mod tests {
         }
         assert!(c.stats().entries > 10);
         assert!(t.get(999).is_some(), "the newest block is kept");
+    }
+
+    #[test]
+    fn blocks_read_once_do_not_push_out_blocks_read_again() {
+        // 64 KiB holds about 60 blocks; a stream of 2,000 blocks read once each passes through
+        // while 20 blocks are read again only once per 100 of the stream.
+        let c = Arc::new(BlockCache::new(64 << 10));
+        let hot = c.open_table(1, 20);
+        let stream = c.open_table(2, 2000);
+        for i in 0..20 {
+            hot.insert(i, block(1000));
+            assert!(hot.get(i).is_some());
+        }
+        for i in 0..2000 {
+            stream.insert(i, block(1000));
+            if i % 100 == 99 {
+                for j in 0..20 {
+                    assert!(hot.get(j).is_some(), "hot block {j} evicted by the stream at {i}");
+                }
+            }
+            assert!(c.usage_bytes() <= 64 << 10);
+        }
+    }
+
+    #[test]
+    fn a_block_read_again_soon_after_probation_evicted_it_goes_to_the_main_part() {
+        let c = Arc::new(BlockCache::new(64 << 10));
+        let t = c.open_table(1, 1000);
+        t.insert(0, block(1000));
+        // Evicted from probation unused.
+        for i in 1..200 {
+            t.insert(i, block(1000));
+        }
+        assert!(t.get(0).is_none());
+        assert_eq!(t.state[0].load(Ordering::Relaxed), GHOST);
+        t.insert(0, block(1000));
+        assert_eq!(t.state[0].load(Ordering::Relaxed) & PLACE, MAIN);
+        // Read again now and then, it stays while new blocks pass through probation.
+        for i in 200..1000 {
+            t.insert(i, block(1000));
+            if i % 50 == 0 {
+                assert!(t.get(0).is_some(), "evicted at {i}");
+            }
+        }
     }
 
     #[test]
