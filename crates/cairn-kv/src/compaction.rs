@@ -14,9 +14,11 @@ use crate::version::{TableFile, Version};
 use crate::version_edit::VersionEdit;
 use crate::{Error, Options, Result};
 
-/// A chosen compaction: tables of `level` merged with the overlapping tables of `level + 1`.
+/// A chosen compaction: tables of `level` merged with the overlapping tables of
+/// `output_level` (the next level, or for level 0 the base level, see [`LevelTargets`]).
 pub(crate) struct Compaction {
     pub level: usize,
+    pub output_level: usize,
     pub inputs: Vec<Arc<TableFile>>,
     pub next: Vec<Arc<TableFile>>,
     pub bottommost: bool,
@@ -28,12 +30,74 @@ impl Compaction {
     }
 }
 
-fn level_target(opts: &Options, level: usize) -> u64 {
-    let mut t = opts.max_bytes_for_level_base;
-    for _ in 1..level {
-        t = t.saturating_mul(opts.level_size_multiplier);
+/// Where level 0 compacts to and how many bytes each level may hold before it is compacted
+/// into the next.
+///
+/// With [`Options::dynamic_level_bytes`] (RocksDB's `level_compaction_dynamic_level_bytes`)
+/// the targets are derived from the bottom up: the last level holds what the largest level
+/// holds, each level above it a `level_size_multiplier`-th of the one below, up to the first
+/// level whose share is at most `max_bytes_for_level_base`. That level is the base level:
+/// level 0 compacts straight into it and the levels between are kept empty. A small
+/// database is therefore one merge away from the bottom, and the levels always hold the
+/// ratio that bounds write amplification, whatever the data's size; fixed targets instead
+/// make a 6 GB database four levels deep with the middle levels holding far more than their
+/// share of the bottom one, which costs every byte one more rewrite.
+///
+/// Without it, the targets are fixed: `max_bytes_for_level_base` for level 1, times the
+/// multiplier for each level below, and level 0 compacts into level 1.
+pub(crate) struct LevelTargets {
+    pub base: usize,
+    target: Vec<u64>,
+}
+
+impl LevelTargets {
+    pub fn new(opts: &Options, v: &Version) -> Self {
+        let n = v.levels.len();
+        let last = n - 1;
+        let mult = opts.level_size_multiplier.max(2);
+        let base_bytes = opts.max_bytes_for_level_base.max(1);
+        if !opts.dynamic_level_bytes || last < 2 {
+            let mut target = vec![0; n];
+            let mut t = base_bytes;
+            for slot in target.iter_mut().skip(1) {
+                *slot = t;
+                t = t.saturating_mul(mult);
+            }
+            return LevelTargets { base: 1, target };
+        }
+        let largest = v.levels[1..].iter().map(|l| l.iter().map(|f| f.info.size).sum::<u64>()).max().unwrap_or(0);
+        let (mut base, mut size) = (last, largest);
+        while base > 1 && size > base_bytes {
+            size /= mult;
+            base -= 1;
+        }
+        // The base level may hold at least a multiplier's share of the configured base
+        // size, so a database just past a level boundary does not compact its base level
+        // for every flush.
+        let mut t = size.max(base_bytes / mult).max(1);
+        let mut target = vec![0; n];
+        for slot in target.iter_mut().skip(base) {
+            *slot = t;
+            t = t.saturating_mul(mult);
+        }
+        LevelTargets { base, target }
     }
-    t
+
+    /// The level the tables of `level` compact into when the levels above the base level are
+    /// empty.
+    pub fn output_of(&self, level: usize) -> usize {
+        if level == 0 { self.base } else { level + 1 }
+    }
+
+    /// How far over its target `level` (1+) is with `bytes`: at least 1 means it should be
+    /// compacted. A non-empty level above the base level (left there by an older shape of
+    /// the tree, or when the data shrank) always scores at least 1, so it drains downwards.
+    fn score(&self, level: usize, bytes: u64) -> f64 {
+        if level < self.base {
+            return if bytes == 0 { 0.0 } else { (bytes as f64 / self.target[self.base] as f64).max(1.0) };
+        }
+        bytes as f64 / self.target[level].max(1) as f64
+    }
 }
 
 fn user_range<'a>(files: impl Iterator<Item = &'a Arc<TableFile>>) -> Option<(Vec<u8>, Vec<u8>)> {
@@ -50,43 +114,72 @@ fn user_range<'a>(files: impl Iterator<Item = &'a Arc<TableFile>>) -> Option<(Ve
     r
 }
 
-/// The level most in need of compaction (score >= 1), if any, ignoring tables being compacted.
-pub(crate) fn needs_compaction(opts: &Options, st: &State) -> Option<(usize, f64)> {
+/// Levels in need of compaction (score >= 1), most in need first, ignoring tables being
+/// compacted. Level 0 scores its file count against `level0_compaction_trigger`, counting
+/// only tables no compaction holds.
+fn scores(opts: &Options, st: &State) -> Vec<(usize, f64)> {
     let v = &st.version;
+    let targets = LevelTargets::new(opts, v);
     let last = v.levels.len() - 1;
-    let mut best: Option<(usize, f64)> = None;
+    let mut out = Vec::new();
     for level in 0..last {
         let score = if level == 0 {
-            if st.l0_compacting {
+            if st.intra_l0_compacting {
                 continue;
             }
-            v.levels[0].len() as f64 / opts.level0_compaction_trigger as f64
+            let free = v.levels[0].iter().filter(|f| !st.compacting.contains(&f.no())).count();
+            free as f64 / opts.level0_compaction_trigger.max(1) as f64
         } else {
             let bytes: u64 =
                 v.levels[level].iter().filter(|f| !st.compacting.contains(&f.no())).map(|f| f.info.size).sum();
-            bytes as f64 / level_target(opts, level) as f64
+            targets.score(level, bytes)
         };
-        if score >= 1.0 && best.is_none_or(|(_, s)| score > s) {
-            best = Some((level, score));
+        if score >= 1.0 {
+            out.push((level, score));
         }
     }
-    best
+    out.sort_by(|a, b| b.1.total_cmp(&a.1));
+    out
 }
 
-/// Picks a compaction and marks its tables as being compacted.
+/// The level most in need of compaction (score >= 1), if any, ignoring tables being compacted.
+pub(crate) fn needs_compaction(opts: &Options, st: &State) -> Option<(usize, f64)> {
+    scores(opts, st).first().copied()
+}
+
+/// Picks a compaction and marks its tables as being compacted: from the level most in need
+/// of one whose tables are free, the next one when a running compaction holds them.
 pub(crate) fn pick(opts: &Options, st: &mut State) -> Option<Compaction> {
-    let (level, _) = needs_compaction(opts, st)?;
+    let c = scores(opts, st).into_iter().find_map(|(level, _)| pick_level(opts, st, level))?;
+    for f in c.all() {
+        st.compacting.insert(f.no());
+    }
+    match (c.level, c.output_level) {
+        (0, 0) => st.intra_l0_compacting = true,
+        (0, _) => st.l0_compacting = true,
+        _ => {}
+    }
+    st.running_compactions += 1;
+    Some(c)
+}
+
+fn pick_level(opts: &Options, st: &mut State, level: usize) -> Option<Compaction> {
     let v = st.version.clone();
+    let targets = LevelTargets::new(opts, &v);
     let busy = |st: &State, files: &[Arc<TableFile>]| files.iter().any(|f| st.compacting.contains(&f.no()));
     let c = if level == 0 {
+        // Level 0 goes to the base level, or to a level above it that still holds data
+        // (older than level 0's, so it must not end up below it).
+        let output_level = (1..targets.base).find(|&l| !v.levels[l].is_empty()).unwrap_or(targets.base);
         let inputs = v.levels[0].clone();
         let (lo, hi) = user_range(inputs.iter())?;
-        let next = v.overlapping(1, &lo, &hi);
-        if busy(st, &next) {
-            return None;
+        let next = v.overlapping(output_level, &lo, &hi);
+        if st.l0_compacting || busy(st, &inputs) || busy(st, &next) {
+            return pick_intra_l0(opts, st, &v);
         }
-        Compaction { level, inputs, next, bottommost: false }
+        Compaction { level, output_level, inputs, next, bottommost: false }
     } else {
+        let output_level = targets.output_of(level);
         let files = &v.levels[level];
         let ptr = st.compact_pointer[level].clone();
         let start = files.partition_point(|f| f.info.largest_user() <= ptr.as_slice());
@@ -96,7 +189,7 @@ pub(crate) fn pick(opts: &Options, st: &mut State) -> Option<Compaction> {
             if st.compacting.contains(&f.no()) {
                 continue;
             }
-            let next = v.overlapping(level + 1, f.info.smallest_user(), f.info.largest_user());
+            let next = v.overlapping(output_level, f.info.smallest_user(), f.info.largest_user());
             if !busy(st, &next) {
                 chosen = Some((f.clone(), next));
                 break;
@@ -104,18 +197,54 @@ pub(crate) fn pick(opts: &Options, st: &mut State) -> Option<Compaction> {
         }
         let (f, next) = chosen?;
         st.compact_pointer[level] = f.info.largest_user().to_vec();
-        Compaction { level, inputs: vec![f], next, bottommost: false }
+        Compaction { level, output_level, inputs: vec![f], next, bottommost: false }
     };
     let (lo, hi) = user_range(c.all())?;
-    let bottommost = !v.has_data_below(level + 1, &lo, &hi);
-    for f in c.all() {
-        st.compacting.insert(f.no());
-    }
-    if level == 0 {
-        st.l0_compacting = true;
-    }
-    st.running_compactions += 1;
+    let bottommost = !v.has_data_below(c.output_level, &lo, &hi);
     Some(Compaction { bottommost, ..c })
+}
+
+/// How many of the level-0 tables of `sizes` (newest first) an intra-level-0 compaction
+/// merges: the newest, then each older one while adding it lowers (or keeps) the bytes merged
+/// per table removed and the total stays within `max_bytes`.
+fn intra_l0_span(sizes: &[u64], max_bytes: u64) -> usize {
+    let Some(&first) = sizes.first() else { return 0 };
+    let (mut bytes, mut per_removed, mut n) = (first, u64::MAX, 1);
+    while let Some(&size) = sizes.get(n) {
+        let more = bytes.saturating_add(size);
+        let per = more / n as u64;
+        if per > per_removed || more > max_bytes {
+            break;
+        }
+        (bytes, per_removed, n) = (more, per, n + 1);
+    }
+    n
+}
+
+/// Fewest level-0 tables an intra-level-0 compaction merges.
+const MIN_INTRA_L0_FILES: usize = 4;
+
+/// A compaction of level-0 tables into one level-0 table, for when level 0 cannot compact
+/// into the level below because a running compaction holds the tables it would merge with.
+/// Writers are slowed and then stopped by the number of level-0 tables; while a long
+/// compaction into the base level runs, the flushes that land meanwhile would otherwise pile
+/// up to those limits (as RocksDB, which does the same). Takes the newest tables, which are
+/// free, as long as each one added lowers the bytes merged per table removed, so that a big
+/// table an earlier such compaction made is not rewritten for one small flush; needs at
+/// least `level0_compaction_trigger + 2` free tables and merges at least
+/// [`MIN_INTRA_L0_FILES`] and at most 16 × `target_file_size` bytes.
+fn pick_intra_l0(opts: &Options, st: &State, v: &Version) -> Option<Compaction> {
+    let files = &v.levels[0];
+    let free = files.iter().take_while(|f| !st.compacting.contains(&f.no())).count();
+    if free < opts.level0_compaction_trigger + 2 || free < MIN_INTRA_L0_FILES {
+        return None;
+    }
+    let sizes: Vec<u64> = files[..free].iter().map(|f| f.info.size).collect();
+    let n = intra_l0_span(&sizes, opts.target_file_size.saturating_mul(16));
+    if n < MIN_INTRA_L0_FILES {
+        return None;
+    }
+    Some(Compaction { level: 0, output_level: 0, inputs: files[..n].to_vec(), next: Vec::new(), bottommost: false })
 }
 
 /// Runs a picked compaction and installs its result.
@@ -129,7 +258,7 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     for f in c.all() {
         st.compacting.remove(&f.no());
     }
-    let level = c.level;
+    let (level, output_level) = (c.level, c.output_level);
     let mut opened = Vec::new();
     let applied = result.and_then(|edit| {
         opened = edit.new_files.iter().map(|(_, f)| f.file_no).collect();
@@ -138,12 +267,17 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     // Release the inputs before announcing completion, so that files the compaction made
     // obsolete are already deleted when waiters wake up.
     drop(c);
-    if level == 0 {
-        st.l0_compacting = false;
+    match (level, output_level) {
+        (0, 0) => st.intra_l0_compacting = false,
+        (0, _) => st.l0_compacting = false,
+        _ => {}
     }
     st.running_compactions -= 1;
     if applied.is_ok() {
         inner.counters.add_compaction();
+        if (level, output_level) == (0, 0) {
+            inner.counters.add_intra_l0_compaction();
+        }
     }
     inner.bg_cv.notify_all();
     drop(st);
@@ -166,7 +300,7 @@ pub(crate) fn open_new_tables(inner: &DbInner, file_nos: &[u64]) {
 }
 
 fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Result<VersionEdit> {
-    let out_level = c.level + 1;
+    let out_level = c.output_level;
     let mut edit = VersionEdit::default();
     for f in &c.inputs {
         edit.deleted_files.push((c.level, f.no()));
@@ -290,7 +424,9 @@ fn merge_range(
     }
     let mut it = MergingIterator::new(children);
     let mut filter = VersionFilter::new(snapshots, c.bottommost, tombstones);
-    let mut out = TableOutput::new(&inner.storage, &inner.dir, &inner.opts, inner.opts.target_file_size);
+    // Level 0 tables may overlap only in whole, so a merge of level-0 tables makes one table.
+    let target = if c.output_level == 0 { u64::MAX } else { inner.opts.target_file_size };
+    let mut out = TableOutput::new(&inner.storage, &inner.dir, &inner.opts, target);
     if inner.opts.prepopulate_block_cache {
         out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);
     }
@@ -321,23 +457,26 @@ fn merge_range(
 /// non-empty level with shadowed versions and (where no snapshot needs them) tombstones gone.
 pub(crate) fn compact_all(inner: &Arc<DbInner>) -> Result<()> {
     let levels = inner.opts.num_levels;
-    for level in 0..levels - 1 {
+    let mut level = 0;
+    while level < levels - 1 {
         let c = {
             let mut st = inner.state.lock();
             // Wait until background compactions leave the levels alone.
-            while st.running_compactions > 0 || st.l0_compacting {
+            while st.running_compactions > 0 || st.l0_compacting || st.intra_l0_compacting {
                 inner.check_poisoned()?;
                 inner.bg_cv.wait(&mut st);
             }
             let v = st.version.clone();
-            if v.levels[level].is_empty() {
+            // Empty levels in between are skipped: nothing there to merge with.
+            let output_level = (level + 1..levels).find(|&l| !v.levels[l].is_empty()).unwrap_or(levels - 1);
+            let Some((lo, hi)) = user_range(v.levels[level].iter()) else {
+                level = output_level;
                 continue;
-            }
+            };
             let inputs = v.levels[level].clone();
-            let Some((lo, hi)) = user_range(inputs.iter()) else { continue };
-            let next = v.overlapping(level + 1, &lo, &hi);
+            let next = v.overlapping(output_level, &lo, &hi);
             let all_lo_hi = user_range(inputs.iter().chain(&next));
-            let bottommost = all_lo_hi.is_none_or(|(lo, hi)| !v.has_data_below(level + 1, &lo, &hi));
+            let bottommost = all_lo_hi.is_none_or(|(lo, hi)| !v.has_data_below(output_level, &lo, &hi));
             for f in inputs.iter().chain(&next) {
                 st.compacting.insert(f.no());
             }
@@ -346,16 +485,37 @@ pub(crate) fn compact_all(inner: &Arc<DbInner>) -> Result<()> {
             }
             st.running_compactions += 1;
             // When the next level is rewritten whole and nothing lies deeper, this is the last step.
-            let last_step =
-                next.len() == v.levels[level + 1].len() && v.levels.iter().skip(level + 2).all(|l| l.is_empty());
-            (Compaction { level, inputs, next, bottommost }, last_step)
+            let last_step = next.len() == v.levels[output_level].len()
+                && v.levels.iter().skip(output_level + 1).all(|l| l.is_empty());
+            (Compaction { level, output_level, inputs, next, bottommost }, last_step)
         };
+        let output_level = c.0.output_level;
         // Force a rewrite even for a lone table, so tombstones and old versions are dropped.
         run_with(inner, c.0, true)?;
         if c.1 {
             // Nothing lies below the level just written: everything is at the bottom now.
             break;
         }
+        level = output_level;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::intra_l0_span;
+
+    #[test]
+    fn intra_l0_span_stops_where_a_table_would_cost_more_per_table_removed() {
+        // Equal flushes: all of them, up to the byte limit.
+        assert_eq!(intra_l0_span(&[10; 8], u64::MAX), 8);
+        assert_eq!(intra_l0_span(&[10; 8], 45), 4);
+        // Newer small flushes in front of a big table an earlier merge made: the big one
+        // would be rewritten for little gain, so it is left alone.
+        assert_eq!(intra_l0_span(&[10, 10, 10, 10, 10, 400], u64::MAX), 5);
+        // Growing sizes are taken while the average per removed table does not rise.
+        assert_eq!(intra_l0_span(&[10, 10, 10, 12, 100], u64::MAX), 4);
+        assert_eq!(intra_l0_span(&[5], u64::MAX), 1);
+        assert_eq!(intra_l0_span(&[], u64::MAX), 0);
+    }
 }

@@ -88,7 +88,10 @@ pub(crate) struct State {
     pub next_file_no: u64,
     /// Tables being compacted.
     pub compacting: HashSet<u64>,
+    /// A compaction from level 0 into a lower level is running.
     pub l0_compacting: bool,
+    /// A compaction of level-0 tables into one level-0 table is running.
+    pub intra_l0_compacting: bool,
     pub running_compactions: usize,
     pub flushing: bool,
     /// Per level, the largest user key of the last table compacted (round-robin picking).

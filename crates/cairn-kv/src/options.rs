@@ -32,7 +32,9 @@ pub struct Options {
     pub bloom_bits_per_key: u32,
     /// Data block compression (default LZ4).
     pub compression: Compression,
-    /// Byte budget of the shared block cache (default 64 MiB).
+    /// Byte budget of the shared block cache (default 64 MiB): decoded data blocks, each
+    /// charged its length plus 64 bytes. Besides the budget, every open table keeps 9 bytes per
+    /// data block for its cache slots (about 2.3 MiB per GiB of 4 KiB blocks).
     pub block_cache_bytes: usize,
     /// Put the data blocks of newly written tables in the block cache as they are written
     /// (default true): those of flushed memtables always, and those of compaction output while
@@ -54,10 +56,20 @@ pub struct Options {
     /// `level0_stop_trigger`: one table short of it, writes get 1/(stop - slowdown) of it.
     /// Writers sleep in steps of a millisecond or more.
     pub delayed_write_rate: u64,
-    /// Target size of level 1 (default 256 MiB).
+    /// Target size of level 1, or with `dynamic_level_bytes` the most the base level (the
+    /// level that level 0 compacts into) may hold (default 256 MiB).
     pub max_bytes_for_level_base: u64,
     /// Each level below L1 may hold this many times the level above (default 10).
     pub level_size_multiplier: u64,
+    /// Level targets derived from the bottom level up, as RocksDB's
+    /// `level_compaction_dynamic_level_bytes` (default true): the last level holds what it
+    /// holds, each level above it `1 / level_size_multiplier` of the one below, and level 0
+    /// compacts into the highest level whose share is at most `max_bytes_for_level_base`,
+    /// with the levels above it left empty. A small database is one merge from the bottom,
+    /// and a large one is no deeper than its size needs. False: level 1 holds
+    /// `max_bytes_for_level_base`, each level below `level_size_multiplier` times more, and
+    /// level 0 compacts into level 1.
+    pub dynamic_level_bytes: bool,
     /// Number of levels, L0 included (default 7).
     pub num_levels: usize,
     /// Background threads for compaction; one more thread flushes memtables (default 2).
@@ -105,6 +117,7 @@ impl Default for Options {
             delayed_write_rate: 16 << 20,
             max_bytes_for_level_base: 256 << 20,
             level_size_multiplier: 10,
+            dynamic_level_bytes: true,
             num_levels: 7,
             compaction_threads: 2,
             max_subcompactions: 2,

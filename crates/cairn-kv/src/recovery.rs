@@ -189,6 +189,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
         next_file_no,
         compacting: HashSet::new(),
         l0_compacting: false,
+        intra_l0_compacting: false,
         running_compactions: 0,
         flushing: false,
         compact_pointer: vec![Vec::new(); opts.num_levels],

@@ -16,7 +16,10 @@ pub(crate) struct Counters {
     compaction_written: AtomicU64,
     compactions: AtomicU64,
     subcompactions: AtomicU64,
+    intra_l0_compactions: AtomicU64,
     stall_micros: AtomicU64,
+    stall_slowdown_micros: AtomicU64,
+    stall_stop_micros: AtomicU64,
 }
 
 impl Counters {
@@ -37,12 +40,33 @@ impl Counters {
     pub fn add_compaction(&self) {
         self.compactions.fetch_add(1, Ordering::Relaxed);
     }
+    pub fn add_intra_l0_compaction(&self) {
+        self.intra_l0_compactions.fetch_add(1, Ordering::Relaxed);
+    }
     pub fn add_subcompactions(&self, n: u64) {
         self.subcompactions.fetch_add(n, Ordering::Relaxed);
     }
-    pub fn add_stall(&self, d: Duration) {
-        self.stall_micros.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    /// Adds time a writer waited, for `cause`.
+    pub fn add_stall(&self, cause: Stall, d: Duration) {
+        let us = d.as_micros() as u64;
+        self.stall_micros.fetch_add(us, Ordering::Relaxed);
+        match cause {
+            Stall::Slowdown => self.stall_slowdown_micros.fetch_add(us, Ordering::Relaxed),
+            Stall::Stop => self.stall_stop_micros.fetch_add(us, Ordering::Relaxed),
+            Stall::Memtables => 0,
+        };
     }
+}
+
+/// Why a writer waited.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Stall {
+    /// Level 0 reached `level0_slowdown_trigger`: writes held to `delayed_write_rate`.
+    Slowdown,
+    /// Level 0 reached `level0_stop_trigger`.
+    Stop,
+    /// The memtable was full with `max_immutable_memtables` waiting for flush.
+    Memtables,
 }
 
 /// One level of the tree.
@@ -84,8 +108,16 @@ pub struct Stats {
     /// Key ranges of compactions merged on threads of their own, in parallel with the rest
     /// of their compaction ([`crate::Options::max_subcompactions`]).
     pub subcompactions: u64,
-    /// Time writers spent stalled, in microseconds.
+    /// Compactions that merged level-0 tables into one level-0 table while level 0 could
+    /// not compact into the level below (counted in `compactions` too).
+    pub intra_l0_compactions: u64,
+    /// Time writers spent stalled, in microseconds: the two below, and waiting for a flush
+    /// with `max_immutable_memtables` memtables full.
     pub stall_micros: u64,
+    /// Of that, held to `delayed_write_rate` at `level0_slowdown_trigger`.
+    pub stall_slowdown_micros: u64,
+    /// Of that, stopped at `level0_stop_trigger`.
+    pub stall_stop_micros: u64,
     /// Bytes held by the block cache.
     pub block_cache_bytes: u64,
     /// Block cache hits.
@@ -133,7 +165,10 @@ pub(crate) fn collect(inner: &DbInner) -> Stats {
         compaction_bytes_written: g(&c.compaction_written),
         compactions: g(&c.compactions),
         subcompactions: g(&c.subcompactions),
+        intra_l0_compactions: g(&c.intra_l0_compactions),
         stall_micros: g(&c.stall_micros),
+        stall_slowdown_micros: g(&c.stall_slowdown_micros),
+        stall_stop_micros: g(&c.stall_stop_micros),
         block_cache_bytes: inner.block_cache.usage_bytes(),
         block_cache_hits: cache.hits,
         block_cache_misses: cache.misses,

@@ -13,6 +13,7 @@ use crate::key::ValueKind;
 use crate::log::LogWriter;
 use crate::memtable::Memtable;
 use crate::recovery::{WAL_MAGIC, wal_path};
+use crate::stats::Stall;
 use crate::write_queue::{Slot, Validation, WriteRequest};
 use crate::{Error, Result};
 
@@ -162,7 +163,7 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
         if l0 >= stop {
             let t = Instant::now();
             inner.bg_cv.wait_for(&mut st, Duration::from_millis(100));
-            inner.counters.add_stall(t.elapsed());
+            inner.counters.add_stall(Stall::Stop, t.elapsed());
             continue;
         }
         if l0 < slowdown {
@@ -175,7 +176,7 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
             if wal.slowdown_owed >= Duration::from_millis(1) {
                 let t = Instant::now();
                 std::thread::sleep(std::mem::take(&mut wal.slowdown_owed));
-                inner.counters.add_stall(t.elapsed());
+                inner.counters.add_stall(Stall::Slowdown, t.elapsed());
             }
             continue;
         }
@@ -185,7 +186,7 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
         if st.imms.len() >= inner.opts.max_immutable_memtables.max(1) {
             let t = Instant::now();
             inner.bg_cv.wait_for(&mut st, Duration::from_millis(100));
-            inner.counters.add_stall(t.elapsed());
+            inner.counters.add_stall(Stall::Memtables, t.elapsed());
             continue;
         }
         drop(st);

@@ -20,13 +20,14 @@ fn load(db: &Db, n: u32, value_len: usize) {
 #[test]
 fn leveled_compaction_keeps_level0_small_and_levels_sorted() {
     let storage = MemStorage::new();
-    let opts = Options { compaction_threads: 2, ..Options::small_for_tests() };
+    let opts = Options { compaction_threads: 2, dynamic_level_bytes: false, ..Options::small_for_tests() };
     let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
     load(&db, 20_000, 100);
     db.flush().unwrap();
     db.wait_for_compactions().unwrap();
     let s = db.stats();
     assert!(s.compactions > 0);
+    assert!(s.levels[1].tables > 0, "fixed targets: level 0 compacts into level 1: {:?}", s.levels);
     assert!(s.levels[0].tables < opts.level0_compaction_trigger, "L0 has {} tables", s.levels[0].tables);
     assert!(s.levels.iter().skip(2).any(|l| l.tables > 0), "data reached L2+: {:?}", s.levels);
     assert!(s.write_amplification() > 1.0);
@@ -40,6 +41,65 @@ fn leveled_compaction_keeps_level0_small_and_levels_sorted() {
     drop(db);
     let db = Db::open_with_storage("/db", opts, Arc::new(storage)).unwrap();
     assert_eq!(db.iter().count(), 20_000);
+}
+
+/// The levels' byte counts after loading `n` keys into a database with `opts` and waiting
+/// for compactions, checking every key is still there.
+fn settled_levels(db: &Db, n: u32) -> Vec<u64> {
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    assert_eq!(db.iter().count(), n as usize);
+    db.stats().levels.iter().map(|l| l.bytes).collect()
+}
+
+#[test]
+fn dynamic_level_targets_grow_the_tree_from_the_bottom() {
+    let opts = Options { compaction_threads: 2, ..Options::small_for_tests() };
+    assert!(opts.dynamic_level_bytes, "the default");
+    let (base, mult) = (opts.max_bytes_for_level_base, opts.level_size_multiplier);
+    let db = Db::open_with_storage("/db", opts.clone(), Arc::new(MemStorage::new())).unwrap();
+    // While the data fits the base size, level 0 compacts straight into the last level.
+    load(&db, 1_000, 100);
+    let levels = settled_levels(&db, 1_000);
+    assert!(levels[6] > 0 && levels[1..6].iter().all(|&b| b == 0), "{levels:?}");
+    // Grown to many times the base size, the tree has a base level part way down, nothing
+    // above it, and each level at most about its share of the last one.
+    load(&db, 20_000, 100);
+    let levels = settled_levels(&db, 20_000);
+    let last = levels[6];
+    assert!(last > base * mult, "{levels:?}");
+    let first = (1..7).find(|&l| levels[l] > 0).unwrap();
+    assert!(first > 1, "levels above the base level stay empty: {levels:?}");
+    for (l, &bytes) in levels.iter().enumerate().take(6).skip(first) {
+        let share = last / mult.pow(6 - l as u32);
+        assert!(bytes <= 2 * share.max(base / mult), "level {l} holds {bytes}, share {share}: {levels:?}");
+    }
+    assert!(last * 2 >= levels.iter().sum::<u64>(), "the last level holds most of the data: {levels:?}");
+    assert!(db.verify().unwrap() >= 20_000);
+}
+
+#[test]
+fn a_tree_built_with_fixed_targets_drains_into_the_dynamic_shape() {
+    let storage = MemStorage::new();
+    let fixed = Options { dynamic_level_bytes: false, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", fixed.clone(), Arc::new(storage.clone())).unwrap();
+    load(&db, 20_000, 100);
+    let before = settled_levels(&db, 20_000);
+    assert!(before[1] > 0, "{before:?}");
+    let want = contents(&db);
+    drop(db);
+    let dynamic = Options { dynamic_level_bytes: true, ..fixed };
+    let db = Db::open_with_storage("/db", dynamic, Arc::new(storage)).unwrap();
+    // Writes (level 0 tables) go on meanwhile; level 1 must still drain downwards.
+    let mut b = WriteBatch::new();
+    b.put("zzz-new", "v").unwrap();
+    db.write(b).unwrap();
+    let after = settled_levels(&db, 20_001);
+    assert_eq!(after[1], 0, "level 1 drained: {before:?} -> {after:?}");
+    assert_eq!(after[6], *after.iter().max().unwrap(), "{after:?}");
+    let got = contents(&db);
+    assert_eq!(got.len(), want.len() + 1);
+    assert!(want.iter().all(|kv| got.binary_search(kv).is_ok()));
 }
 
 /// Every live key and its value, in order.
@@ -225,4 +285,40 @@ fn compaction_threads_run_at_the_configured_niceness() {
     // The flush thread keeps the process's priority: writers wait for it.
     assert!(thread_nices("cairn-flush").contains(&base));
     drop(db);
+}
+
+#[test]
+fn intra_level0_compactions_lose_no_write() {
+    let storage = MemStorage::new();
+    let opts = Options { compaction_threads: 2, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
+    let mut model = std::collections::BTreeMap::new();
+    let mut i = 0u64;
+    // Write until level 0 has been merged into itself a few times (flushes landing while a
+    // compaction into the base level runs), overwriting and deleting as we go.
+    while db.stats().intra_l0_compactions < 3 {
+        assert!(i < 3_000_000, "no intra-L0 compactions after {i} writes: {:?}", db.stats());
+        let mut b = WriteBatch::new();
+        for j in i..i + 100 {
+            let k = format!("key{:08}", (j * 2_654_435_761) % 40_000).into_bytes();
+            if j % 7 == 3 {
+                b.delete(k.clone()).unwrap();
+                model.remove(&k);
+            } else {
+                let v = noise(j, 100);
+                b.put(k.clone(), v.clone()).unwrap();
+                model.insert(k, v);
+            }
+        }
+        db.write_opt(b, WriteOptions::no_sync()).unwrap();
+        i += 100;
+    }
+    let want: Vec<(Vec<u8>, Vec<u8>)> = model.into_iter().collect();
+    assert_eq!(contents(&db), want);
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    assert_eq!(contents(&db), want);
+    drop(db);
+    let db = Db::open_with_storage("/db", opts, Arc::new(storage)).unwrap();
+    assert_eq!(contents(&db), want);
 }
