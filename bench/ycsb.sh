@@ -21,6 +21,10 @@
 # Extra flags go to `cairn-bench ycsb` (see `cairn-bench ycsb --help`), e.g. --seed 7 or
 # --bg-threads 1; do not repeat a flag this script already passes.
 # Databases, streams and raw JSON results go under target/cairn-bench/ (override with --dir).
+# CAIRN_BENCH_DEBUG=1 prints engine internals to stderr at each run's close (cairn: cache hit
+# rate, write stall time by cause, intra-L0 compactions, tables and MiB per level; RocksDB: its
+# "rocksdb.stats" property); CAIRN_BENCH_DEBUG=2 also prints cairn's level 0 and levels every
+# second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGIME=${1:-small}

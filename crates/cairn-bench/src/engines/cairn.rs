@@ -55,7 +55,29 @@ impl CairnEngine {
         } else {
             settings
         };
-        Ok(CairnEngine { db: Db::open(dir, opts)?, sync: AtomicBool::new(false), settings })
+        let db = Db::open(dir, opts)?;
+        if std::env::var("CAIRN_BENCH_DEBUG").as_deref() == Ok("2") {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let t0 = std::time::Instant::now();
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(1));
+                    let s = db.stats();
+                    eprintln!(
+                        "MON {:.0}s l0 {} ({} MiB) slow {} ms intra {} comp {} flushes {} levels {:?}",
+                        t0.elapsed().as_secs_f64(),
+                        s.levels[0].tables,
+                        s.levels[0].bytes >> 20,
+                        s.stall_slowdown_micros / 1000,
+                        s.intra_l0_compactions,
+                        s.compactions,
+                        s.flushes,
+                        s.levels.iter().skip(1).map(|l| l.bytes >> 20).collect::<Vec<_>>()
+                    );
+                }
+            });
+        }
+        Ok(CairnEngine { db, sync: AtomicBool::new(false), settings })
     }
 }
 
@@ -97,6 +119,22 @@ impl Engine for CairnEngine {
     }
 
     fn flush_and_close(self: Box<Self>) -> Result<()> {
+        if std::env::var_os("CAIRN_BENCH_DEBUG").is_some() {
+            let s = self.db.stats();
+            eprintln!(
+                "DEBUG slowdown {} ms stop {} ms intra-L0 {} cache hits {} misses {} ({:.1}% hit) usage {} MiB stall {} ms compactions {} levels {:?}",
+                s.stall_slowdown_micros / 1000,
+                s.stall_stop_micros / 1000,
+                s.intra_l0_compactions,
+                s.block_cache_hits,
+                s.block_cache_misses,
+                100.0 * s.block_cache_hits as f64 / (s.block_cache_hits + s.block_cache_misses).max(1) as f64,
+                s.block_cache_bytes >> 20,
+                s.stall_micros / 1000,
+                s.compactions,
+                s.levels.iter().map(|l| (l.tables, l.bytes >> 20)).collect::<Vec<_>>()
+            );
+        }
         self.db.flush()?;
         self.db.close()?;
         Ok(())

@@ -97,6 +97,9 @@ impl Engine for RocksdbEngine {
     }
 
     fn flush_and_close(self: Box<Self>) -> Result<()> {
+        if std::env::var_os("CAIRN_BENCH_DEBUG").is_some() {
+            eprintln!("{}", self.db.property_value("rocksdb.stats").ok().flatten().unwrap_or_default());
+        }
         self.db.flush()?;
         drop(self.db);
         Ok(())
