@@ -114,6 +114,15 @@ fn user_range<'a>(files: impl Iterator<Item = &'a Arc<TableFile>>) -> Option<(Ve
     r
 }
 
+/// Added to level 0's score when it nears the slowdown trigger, above any level's score.
+const L0_URGENT: f64 = 1e9;
+
+/// Level-0 tables (not being compacted) from which level 0 is urgent: halfway from the
+/// compaction trigger to the slowdown trigger.
+fn l0_urgent_files(opts: &Options) -> usize {
+    (opts.level0_compaction_trigger + opts.level0_slowdown_trigger).div_ceil(2)
+}
+
 /// Levels in need of compaction (score >= 1), most in need first, ignoring tables being
 /// compacted. Level 0 scores its file count against `level0_compaction_trigger`, counting
 /// only tables no compaction holds.
@@ -128,7 +137,12 @@ fn scores(opts: &Options, st: &State) -> Vec<(usize, f64)> {
                 continue;
             }
             let free = v.levels[0].iter().filter(|f| !st.compacting.contains(&f.no())).count();
-            free as f64 / opts.level0_compaction_trigger.max(1) as f64
+            let score = free as f64 / opts.level0_compaction_trigger.max(1) as f64;
+            // Halfway from the compaction trigger to the slowdown trigger, level 0 goes before
+            // every other level: the base level's score can run far higher right after a big
+            // level-0 merge (its dynamic target is small), and while its compactions took
+            // every thread, flushes piled up until writers were slowed.
+            if free >= l0_urgent_files(opts) { L0_URGENT + score } else { score }
         } else {
             let bytes: u64 =
                 v.levels[level].iter().filter(|f| !st.compacting.contains(&f.no())).map(|f| f.info.size).sum();
@@ -240,7 +254,23 @@ fn pick_intra_l0(opts: &Options, st: &State, v: &Version) -> Option<Compaction> 
         return None;
     }
     let sizes: Vec<u64> = files[..free].iter().map(|f| f.info.size).collect();
-    let n = intra_l0_span(&sizes, opts.target_file_size.saturating_mul(16));
+    let max_bytes = opts.target_file_size.saturating_mul(16);
+    let mut n = intra_l0_span(&sizes, max_bytes);
+    if free >= l0_urgent_files(opts) {
+        // Near the slowdown trigger the tables earlier merges made are taken too, or each
+        // merge would leave one more table behind it while a long compaction into the base
+        // level runs.
+        n = n.max(
+            sizes
+                .iter()
+                .scan(0u64, |acc, &b| {
+                    *acc += b;
+                    Some(*acc)
+                })
+                .take_while(|&t| t <= max_bytes)
+                .count(),
+        );
+    }
     if n < MIN_INTRA_L0_FILES {
         return None;
     }
