@@ -28,6 +28,11 @@ impl Compaction {
     fn all(&self) -> impl Iterator<Item = &Arc<TableFile>> {
         self.inputs.iter().chain(&self.next)
     }
+
+    /// Level-0 tables merged into one level-0 table ([`pick_intra_l0`]).
+    fn is_intra_l0(&self) -> bool {
+        self.level == 0 && self.output_level == 0
+    }
 }
 
 /// Where level 0 compacts to and how many bytes each level may hold before it is compacted
@@ -56,37 +61,26 @@ impl LevelTargets {
         let last = n - 1;
         let mult = opts.level_size_multiplier.max(2);
         let base_bytes = opts.max_bytes_for_level_base.max(1);
-        if !opts.dynamic_level_bytes || last < 2 {
-            let mut target = vec![0; n];
-            let mut t = base_bytes;
-            for slot in target.iter_mut().skip(1) {
-                *slot = t;
-                t = t.saturating_mul(mult);
+        let (base, mut t) = if !opts.dynamic_level_bytes || last < 2 {
+            (1, base_bytes)
+        } else {
+            let largest = v.levels[1..].iter().map(|l| l.iter().map(|f| f.info.size).sum::<u64>()).max().unwrap_or(0);
+            let (mut base, mut size) = (last, largest);
+            while base > 1 && size > base_bytes {
+                size /= mult;
+                base -= 1;
             }
-            return LevelTargets { base: 1, target };
-        }
-        let largest = v.levels[1..].iter().map(|l| l.iter().map(|f| f.info.size).sum::<u64>()).max().unwrap_or(0);
-        let (mut base, mut size) = (last, largest);
-        while base > 1 && size > base_bytes {
-            size /= mult;
-            base -= 1;
-        }
-        // The base level may hold at least a multiplier's share of the configured base
-        // size, so a database just past a level boundary does not compact its base level
-        // for every flush.
-        let mut t = size.max(base_bytes / mult).max(1);
+            // The base level may hold at least a multiplier's share of the configured base
+            // size, so a database just past a level boundary does not compact its base level
+            // for every flush.
+            (base, size.max(base_bytes / mult).max(1))
+        };
         let mut target = vec![0; n];
         for slot in target.iter_mut().skip(base) {
             *slot = t;
             t = t.saturating_mul(mult);
         }
         LevelTargets { base, target }
-    }
-
-    /// The level the tables of `level` compact into when the levels above the base level are
-    /// empty.
-    pub fn output_of(&self, level: usize) -> usize {
-        if level == 0 { self.base } else { level + 1 }
     }
 
     /// How far over its target `level` (1+) is with `bytes`: at least 1 means it should be
@@ -126,9 +120,8 @@ fn l0_urgent_files(opts: &Options) -> usize {
 /// Levels in need of compaction (score >= 1), most in need first, ignoring tables being
 /// compacted. Level 0 scores its file count against `level0_compaction_trigger`, counting
 /// only tables no compaction holds.
-fn scores(opts: &Options, st: &State) -> Vec<(usize, f64)> {
+fn scores(opts: &Options, st: &State, targets: &LevelTargets) -> Vec<(usize, f64)> {
     let v = &st.version;
-    let targets = LevelTargets::new(opts, v);
     let last = v.levels.len() - 1;
     let mut out = Vec::new();
     for level in 0..last {
@@ -158,28 +151,28 @@ fn scores(opts: &Options, st: &State) -> Vec<(usize, f64)> {
 
 /// The level most in need of compaction (score >= 1), if any, ignoring tables being compacted.
 pub(crate) fn needs_compaction(opts: &Options, st: &State) -> Option<(usize, f64)> {
-    scores(opts, st).first().copied()
+    scores(opts, st, &LevelTargets::new(opts, &st.version)).first().copied()
 }
 
 /// Picks a compaction and marks its tables as being compacted: from the level most in need
 /// of one whose tables are free, the next one when a running compaction holds them.
 pub(crate) fn pick(opts: &Options, st: &mut State) -> Option<Compaction> {
-    let c = scores(opts, st).into_iter().find_map(|(level, _)| pick_level(opts, st, level))?;
+    let v = st.version.clone();
+    let targets = LevelTargets::new(opts, &v);
+    let c = scores(opts, st, &targets).into_iter().find_map(|(level, _)| pick_level(opts, st, &v, &targets, level))?;
     for f in c.all() {
         st.compacting.insert(f.no());
     }
-    match (c.level, c.output_level) {
-        (0, 0) => st.intra_l0_compacting = true,
-        (0, _) => st.l0_compacting = true,
-        _ => {}
+    if c.is_intra_l0() {
+        st.intra_l0_compacting = true;
+    } else if c.level == 0 {
+        st.l0_compacting = true;
     }
     st.running_compactions += 1;
     Some(c)
 }
 
-fn pick_level(opts: &Options, st: &mut State, level: usize) -> Option<Compaction> {
-    let v = st.version.clone();
-    let targets = LevelTargets::new(opts, &v);
+fn pick_level(opts: &Options, st: &mut State, v: &Version, targets: &LevelTargets, level: usize) -> Option<Compaction> {
     let busy = |st: &State, files: &[Arc<TableFile>]| files.iter().any(|f| st.compacting.contains(&f.no()));
     let c = if level == 0 {
         // Level 0 goes to the base level, or to a level above it that still holds data
@@ -189,11 +182,11 @@ fn pick_level(opts: &Options, st: &mut State, level: usize) -> Option<Compaction
         let (lo, hi) = user_range(inputs.iter())?;
         let next = v.overlapping(output_level, &lo, &hi);
         if st.l0_compacting || busy(st, &inputs) || busy(st, &next) {
-            return pick_intra_l0(opts, st, &v);
+            return pick_intra_l0(opts, st, v);
         }
         Compaction { level, output_level, inputs, next, bottommost: false }
     } else {
-        let output_level = targets.output_of(level);
+        let output_level = level + 1;
         let files = &v.levels[level];
         let ptr = st.compact_pointer[level].clone();
         let start = files.partition_point(|f| f.info.largest_user() <= ptr.as_slice());
@@ -219,15 +212,15 @@ fn pick_level(opts: &Options, st: &mut State, level: usize) -> Option<Compaction
 }
 
 /// How many of the level-0 tables of `sizes` (newest first) an intra-level-0 compaction
-/// merges: the newest, then each older one while adding it lowers (or keeps) the bytes merged
-/// per table removed and the total stays within `max_bytes`.
-fn intra_l0_span(sizes: &[u64], max_bytes: u64) -> usize {
+/// merges: the newest, then each older one while the total stays within `max_bytes` and,
+/// with `weigh_cost`, adding it lowers (or keeps) the bytes merged per table removed.
+fn intra_l0_span(sizes: &[u64], max_bytes: u64, weigh_cost: bool) -> usize {
     let Some(&first) = sizes.first() else { return 0 };
     let (mut bytes, mut per_removed, mut n) = (first, u64::MAX, 1);
     while let Some(&size) = sizes.get(n) {
         let more = bytes.saturating_add(size);
         let per = more / n as u64;
-        if per > per_removed || more > max_bytes {
+        if (weigh_cost && per > per_removed) || more > max_bytes {
             break;
         }
         (bytes, per_removed, n) = (more, per, n + 1);
@@ -254,23 +247,10 @@ fn pick_intra_l0(opts: &Options, st: &State, v: &Version) -> Option<Compaction> 
         return None;
     }
     let sizes: Vec<u64> = files[..free].iter().map(|f| f.info.size).collect();
-    let max_bytes = opts.target_file_size.saturating_mul(16);
-    let mut n = intra_l0_span(&sizes, max_bytes);
-    if free >= l0_urgent_files(opts) {
-        // Near the slowdown trigger the tables earlier merges made are taken too, or each
-        // merge would leave one more table behind it while a long compaction into the base
-        // level runs.
-        n = n.max(
-            sizes
-                .iter()
-                .scan(0u64, |acc, &b| {
-                    *acc += b;
-                    Some(*acc)
-                })
-                .take_while(|&t| t <= max_bytes)
-                .count(),
-        );
-    }
+    // Near the slowdown trigger the tables earlier merges made are taken too, or each merge
+    // would leave one more table behind it while a long compaction into the base level runs.
+    let weigh_cost = free < l0_urgent_files(opts);
+    let n = intra_l0_span(&sizes, opts.target_file_size.saturating_mul(16), weigh_cost);
     if n < MIN_INTRA_L0_FILES {
         return None;
     }
@@ -288,7 +268,7 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     for f in c.all() {
         st.compacting.remove(&f.no());
     }
-    let (level, output_level) = (c.level, c.output_level);
+    let (level, intra_l0) = (c.level, c.is_intra_l0());
     let mut opened = Vec::new();
     let applied = result.and_then(|edit| {
         opened = edit.new_files.iter().map(|(_, f)| f.file_no).collect();
@@ -297,15 +277,15 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     // Release the inputs before announcing completion, so that files the compaction made
     // obsolete are already deleted when waiters wake up.
     drop(c);
-    match (level, output_level) {
-        (0, 0) => st.intra_l0_compacting = false,
-        (0, _) => st.l0_compacting = false,
-        _ => {}
+    if intra_l0 {
+        st.intra_l0_compacting = false;
+    } else if level == 0 {
+        st.l0_compacting = false;
     }
     st.running_compactions -= 1;
     if applied.is_ok() {
         inner.counters.add_compaction();
-        if (level, output_level) == (0, 0) {
+        if intra_l0 {
             inner.counters.add_intra_l0_compaction();
         }
     }
@@ -538,14 +518,17 @@ mod tests {
     #[test]
     fn intra_l0_span_stops_where_a_table_would_cost_more_per_table_removed() {
         // Equal flushes: all of them, up to the byte limit.
-        assert_eq!(intra_l0_span(&[10; 8], u64::MAX), 8);
-        assert_eq!(intra_l0_span(&[10; 8], 45), 4);
+        assert_eq!(intra_l0_span(&[10; 8], u64::MAX, true), 8);
+        assert_eq!(intra_l0_span(&[10; 8], 45, true), 4);
         // Newer small flushes in front of a big table an earlier merge made: the big one
-        // would be rewritten for little gain, so it is left alone.
-        assert_eq!(intra_l0_span(&[10, 10, 10, 10, 10, 400], u64::MAX), 5);
+        // would be rewritten for little gain, so it is left alone...
+        assert_eq!(intra_l0_span(&[10, 10, 10, 10, 10, 400], u64::MAX, true), 5);
+        // ...unless level 0 is urgent: then only the byte limit counts.
+        assert_eq!(intra_l0_span(&[10, 10, 10, 10, 10, 400], u64::MAX, false), 6);
+        assert_eq!(intra_l0_span(&[10, 10, 10, 10, 10, 400], 100, false), 5);
         // Growing sizes are taken while the average per removed table does not rise.
-        assert_eq!(intra_l0_span(&[10, 10, 10, 12, 100], u64::MAX), 4);
-        assert_eq!(intra_l0_span(&[5], u64::MAX), 1);
-        assert_eq!(intra_l0_span(&[], u64::MAX), 0);
+        assert_eq!(intra_l0_span(&[10, 10, 10, 12, 100], u64::MAX, true), 4);
+        assert_eq!(intra_l0_span(&[5], u64::MAX, true), 1);
+        assert_eq!(intra_l0_span(&[], u64::MAX, true), 0);
     }
 }
