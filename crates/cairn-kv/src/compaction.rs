@@ -207,7 +207,9 @@ fn pick_level(opts: &Options, st: &mut State, v: &Version, targets: &LevelTarget
         Compaction { level, output_level, inputs: vec![f], next, bottommost: false }
     };
     let (lo, hi) = user_range(c.all())?;
-    let bottommost = !v.has_data_below(c.output_level, &lo, &hi);
+    // An intra-level-0 merge leaves older level-0 tables beside its output, which may hold
+    // older versions of its keys: it is never bottommost.
+    let bottommost = !c.is_intra_l0() && !v.has_data_below(c.output_level, &lo, &hi);
     Some(Compaction { bottommost, ..c })
 }
 
@@ -323,8 +325,14 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
         edit.new_files.push((out_level, c.inputs[0].info.clone()));
         return Ok(edit);
     }
-    let snapshots = inner.snapshots.list();
+    // The version (and its range tombstones) first, the snapshots second: a snapshot taken
+    // after the list reads at a sequence number no lower than any tombstone or entry this
+    // compaction sees, so it sees what the newest state sees. The other order lets a snapshot
+    // and a range deletion flushed after it both land between the two reads, and the
+    // compaction would drop the data the snapshot still reads.
     let version: Arc<Version> = inner.state.lock().version.clone();
+    inner.failpoint("compaction.version_read");
+    let snapshots = inner.snapshots.list();
     let tombstones = (!version.fragmented.is_empty()).then(|| version.fragmented.clone());
     let max_tombstone = version.tombstones.iter().map(|t| t.seq).max().unwrap_or(0);
     let bounds = split_points(c, inner.opts.max_subcompactions, inner.opts.target_file_size / 4);

@@ -132,8 +132,14 @@ pub(crate) struct DbInner {
     poison_reason: Mutex<Option<String>>,
     pub shutting_down: AtomicBool,
     pub counters: Counters,
+    #[cfg(feature = "failpoints")]
+    pub failpoint_hook: Mutex<Option<FailpointHook>>,
     _lock: Box<dyn FileLock>,
 }
+
+/// Called with the name of each failpoint background work passes ([`Db::set_failpoint_hook`]).
+#[cfg(feature = "failpoints")]
+pub type FailpointHook = Arc<dyn Fn(&str) + Send + Sync>;
 
 impl DbInner {
     #[allow(clippy::too_many_arguments)]
@@ -170,8 +176,22 @@ impl DbInner {
             poison_reason: Mutex::new(None),
             shutting_down: AtomicBool::new(false),
             counters: Counters::default(),
+            #[cfg(feature = "failpoints")]
+            failpoint_hook: Mutex::new(None),
             _lock: lock,
         }
+    }
+
+    /// Passes the failpoint `name`: calls the hook a test set, if any (nothing without the
+    /// `failpoints` feature).
+    #[inline]
+    pub fn failpoint(&self, name: &str) {
+        #[cfg(feature = "failpoints")]
+        if let Some(hook) = self.failpoint_hook.lock().clone() {
+            hook(name);
+        }
+        #[cfg(not(feature = "failpoints"))]
+        let _ = name;
     }
 
     /// The highest sequence number whose write is complete and visible.
@@ -371,6 +391,15 @@ impl Db {
         // Recovery may have left more level-0 tables than the trigger allows.
         db.inner().bg_cv.notify_all();
         Ok(db)
+    }
+
+    /// Sets (or with `None` clears) the function called at each named failpoint of background
+    /// work, which may block to hold that work at the point (tests only). The points:
+    /// `compaction.version_read`, in a compaction between reading the version (tables and range
+    /// tombstones) and listing the live snapshots.
+    #[cfg(feature = "failpoints")]
+    pub fn set_failpoint_hook(&self, hook: Option<FailpointHook>) {
+        *self.inner().failpoint_hook.lock() = hook;
     }
 
     pub(crate) fn inner(&self) -> &Arc<DbInner> {

@@ -57,6 +57,8 @@ mod write;
 mod write_queue;
 
 pub use batch::{BatchOp, WriteBatch};
+#[cfg(feature = "failpoints")]
+pub use db::FailpointHook;
 pub use db::{Db, WriteOptions};
 pub use db_iter::{Iter, KvPair, prefix_successor};
 pub use key::SeqNo;

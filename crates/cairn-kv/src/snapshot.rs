@@ -20,8 +20,15 @@ pub(crate) struct SnapshotList {
 }
 
 impl SnapshotList {
-    pub fn register(&self, seq: SeqNo) {
-        *self.seqs.lock().entry(seq).or_default() += 1;
+    /// Registers a snapshot at the sequence number `current` returns, read under the list's
+    /// lock: a [`SnapshotList::list`] either includes it or ran before it was read (so a
+    /// flush or compaction that lists the snapshots after reading its inputs never meets data
+    /// newer than an unlisted snapshot).
+    pub fn acquire(&self, current: impl FnOnce() -> SeqNo) -> SeqNo {
+        let mut m = self.seqs.lock();
+        let seq = current();
+        *m.entry(seq).or_default() += 1;
+        seq
     }
 
     pub fn release(&self, seq: SeqNo) {
@@ -53,8 +60,7 @@ impl Snapshot {
     pub(crate) fn new(inner: Arc<DbInner>) -> Snapshot {
         // Register under the visible sequence; a write racing with us is either fully visible
         // (its sequence <= the one we read) or not at all.
-        let seq = inner.visible_seq();
-        inner.snapshots.register(seq);
+        let seq = inner.snapshots.acquire(|| inner.visible_seq());
         Snapshot { inner, seq }
     }
 

@@ -322,3 +322,55 @@ fn intra_level0_compactions_lose_no_write() {
     let db = Db::open_with_storage("/db", opts, Arc::new(storage)).unwrap();
     assert_eq!(contents(&db), want);
 }
+
+#[test]
+fn a_compaction_keeps_what_a_snapshot_taken_while_it_runs_reads_under_a_later_range_deletion() {
+    use std::sync::Mutex;
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    // A compaction is held after it read the version and before it listed the snapshots;
+    // meanwhile a snapshot is taken, every key is deleted by range and the deletion is
+    // flushed. The compaction must keep what the snapshot reads. (Listing the snapshots first
+    // and reading the version second made it drop them: it met the range deletion but not
+    // the snapshot under it.)
+    let storage = MemStorage::new();
+    let opts = Options { compaction_threads: 1, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", opts, Arc::new(storage)).unwrap();
+    let (reached_tx, reached) = channel::<()>();
+    let (release, release_rx) = channel::<()>();
+    let gate = Mutex::new(Some((reached_tx, release_rx)));
+    db.set_failpoint_hook(Some(Arc::new(move |name: &str| {
+        if name == "compaction.version_read"
+            && let Some((reached, release)) = gate.lock().unwrap().take()
+        {
+            reached.send(()).unwrap();
+            release.recv_timeout(Duration::from_secs(30)).unwrap();
+        }
+    })));
+    let mut want = Vec::new();
+    for table in 0..2 {
+        for i in 0..50 {
+            let k = format!("key{:04}", i * 2 + table).into_bytes();
+            db.put(&k, noise(i, 100)).unwrap();
+            want.push(k);
+        }
+        db.flush().unwrap();
+    }
+    want.sort();
+    // Two level-0 tables: a compaction starts and stops at the failpoint.
+    reached.recv_timeout(Duration::from_secs(30)).expect("no compaction reached the failpoint");
+    let snap = db.snapshot();
+    db.delete_range(b"key", b"kez").unwrap();
+    db.flush().unwrap();
+    release.send(()).unwrap();
+    db.wait_for_compactions().unwrap();
+    db.set_failpoint_hook(None);
+    let want = want.into_iter().map(|k| String::from_utf8(k).unwrap()).collect::<Vec<_>>();
+    assert_eq!(crate::keys(snap.iter()), want, "the snapshot lost keys");
+    assert_eq!(db.iter().count(), 0);
+    db.compact_all().unwrap();
+    assert_eq!(crate::keys(snap.iter()), want, "the snapshot lost keys in a full compaction");
+    drop(snap);
+    db.compact_all().unwrap();
+    assert_eq!(db.iter().count(), 0);
+}
