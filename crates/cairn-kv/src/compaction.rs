@@ -11,7 +11,7 @@ use crate::iter::InternalIterator;
 use crate::key;
 use crate::merge_iter::{LevelFiles, LevelIter, MergingIterator};
 use crate::table_builder::WarmPolicy;
-use crate::version::{TableFile, Version};
+use crate::version::{TableFile, Version, sorted_overlap};
 use crate::version_edit::VersionEdit;
 use crate::{Error, Options, Result};
 
@@ -193,9 +193,7 @@ fn pick_level(opts: &Options, st: &mut State, v: &Version, targets: &LevelTarget
         Compaction { level, output_level, inputs: vec![f], next, bottommost: false }
     };
     let (lo, hi) = user_range(c.all())?;
-    // An intra-level-0 merge leaves older level-0 tables beside its output, which may hold
-    // older versions of its keys: it is never bottommost.
-    let bottommost = !c.is_intra_l0() && !v.has_data_below(c.output_level, &lo, &hi);
+    let bottommost = !v.has_data_below(c.output_level, &lo, &hi);
     Some(Compaction { bottommost, ..c })
 }
 
@@ -218,7 +216,7 @@ fn least_overlap(
         if compacting.contains(&f.no()) {
             continue;
         }
-        let range = overlapping_range(below, f.info.smallest_user(), f.info.largest_user());
+        let range = sorted_overlap(below, f.info.smallest_user(), f.info.largest_user());
         if below[range.clone()].iter().any(|t| compacting.contains(&t.no())) {
             continue;
         }
@@ -233,13 +231,6 @@ fn least_overlap(
     }
     let (f, range, _) = chosen?;
     Some((f.clone(), below[range].to_vec()))
-}
-
-/// The index range of the tables of a sorted level (1+) whose user keys intersect `[lo, hi]`.
-fn overlapping_range(files: &[Arc<TableFile>], lo: &[u8], hi: &[u8]) -> std::ops::Range<usize> {
-    let start = files.partition_point(|f| f.info.largest_user() < lo);
-    let end = start + files[start..].partition_point(|f| f.info.smallest_user() <= hi);
-    start..end
 }
 
 /// How many of the level-0 tables of `sizes` (newest first) an intra-level-0 compaction
@@ -285,6 +276,7 @@ fn pick_intra_l0(opts: &Options, st: &State, v: &Version) -> Option<Compaction> 
     if n < MIN_INTRA_L0_FILES {
         return None;
     }
+    // Never bottommost: older level-0 tables beside the output may hold older versions.
     Some(Compaction { level: 0, output_level: 0, inputs: files[..n].to_vec(), next: Vec::new(), bottommost: false })
 }
 

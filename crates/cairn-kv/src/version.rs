@@ -74,6 +74,13 @@ impl Drop for TableFile {
     }
 }
 
+/// The index range of the tables of a sorted level (1+) whose user keys intersect `[lo, hi]`.
+pub(crate) fn sorted_overlap(files: &[Arc<TableFile>], lo: &[u8], hi: &[u8]) -> std::ops::Range<usize> {
+    let start = files.partition_point(|f| f.info.largest_user() < lo);
+    let end = start + files[start..].partition_point(|f| f.info.smallest_user() <= hi);
+    start..end
+}
+
 /// The live tables and version-level range tombstones.
 pub(crate) struct Version {
     /// `levels[0]` is newest first; deeper levels are sorted by key and do not overlap.
@@ -146,8 +153,7 @@ impl Version {
         if level == 0 {
             return files.iter().filter(|f| f.overlaps(lo, hi)).cloned().collect();
         }
-        let start = files.partition_point(|f| f.info.largest_user() < lo);
-        files[start..].iter().take_while(|f| f.info.smallest_user() <= hi).cloned().collect()
+        files[sorted_overlap(files, lo, hi)].to_vec()
     }
 
     /// The table of a sorted level (1+) that may hold `user_key`.
