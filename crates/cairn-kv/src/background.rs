@@ -133,9 +133,12 @@ fn compaction_loop(inner: &Arc<DbInner>) {
                 if stopping(inner) {
                     return;
                 }
-                if let Some(c) = crate::compaction::pick(&inner.opts, &mut st) {
+                // The version is not held while waiting: its tables would stay on disk.
+                let v = st.version.clone();
+                if let Some(c) = crate::compaction::pick(&inner.opts, &v, &mut st.compaction) {
                     break c;
                 }
+                drop(v);
                 inner.bg_cv.wait(&mut st);
             }
         };

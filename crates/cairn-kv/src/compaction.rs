@@ -2,9 +2,10 @@
 //! within a level, the table with the least overlap below) and merging the chosen tables into
 //! the next level.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use crate::db::{DbInner, State};
+use crate::db::DbInner;
 use crate::error::IoContext;
 use crate::flush::{TableOutput, VersionFilter};
 use crate::iter::InternalIterator;
@@ -33,6 +34,30 @@ impl Compaction {
     /// Level-0 tables merged into one level-0 table ([`pick_intra_l0`]).
     fn is_intra_l0(&self) -> bool {
         self.level == 0 && self.output_level == 0
+    }
+}
+
+/// What the running compactions hold, and where each level's round-robin picking resumes.
+pub(crate) struct Compacting {
+    /// Tables being compacted.
+    pub tables: HashSet<u64>,
+    /// A compaction from level 0 into a lower level is running.
+    pub l0: bool,
+    /// A compaction of level-0 tables into one level-0 table is running.
+    pub intra_l0: bool,
+    /// Compactions running.
+    pub running: usize,
+    /// Per level, the largest user key of the last table compacted.
+    pub pointer: Vec<Vec<u8>>,
+}
+
+impl Compacting {
+    pub fn new(levels: usize) -> Self {
+        Compacting { tables: HashSet::new(), l0: false, intra_l0: false, running: 0, pointer: vec![Vec::new(); levels] }
+    }
+
+    fn holds(&self, f: &TableFile) -> bool {
+        self.tables.contains(&f.no())
     }
 }
 
@@ -118,29 +143,65 @@ fn l0_urgent_files(opts: &Options) -> usize {
     (opts.level0_compaction_trigger + opts.level0_slowdown_trigger).div_ceil(2)
 }
 
+/// Multiplies the score of a level over its target (RocksDB's `kScoreScale`), so that a
+/// level over its target always goes before one whose plain score merely reached 1.
+const OVER_TARGET_SCALE: f64 = 10.0;
+
 /// Levels in need of compaction (score >= 1), most in need first, ignoring tables being
-/// compacted. Level 0 scores its file count against `level0_compaction_trigger`, counting
-/// only tables no compaction holds.
-fn scores(opts: &Options, st: &State, targets: &LevelTargets) -> Vec<(usize, f64)> {
-    let v = &st.version;
+/// compacted.
+///
+/// Level 0 scores its file count against `level0_compaction_trigger`, counting only tables
+/// no compaction holds. With dynamic level targets it also scores its bytes against the base
+/// level's (its actual bytes or its target, whichever is larger): intra-level-0 merges keep
+/// the file count down, so the count alone would let level 0 grow to many times the base
+/// level and then merge into it in one giant compaction. A sorted level over its target
+/// scores its bytes against its target plus the bytes waiting above it to come down (level
+/// 0's and every higher level's excess), so a base level about to receive a big level 0 does
+/// not keep the threads busy compacting itself first. Both as RocksDB does with
+/// `level_compaction_dynamic_level_bytes`.
+fn scores(opts: &Options, v: &Version, cs: &Compacting, targets: &LevelTargets) -> Vec<(usize, f64)> {
     let last = v.levels.len() - 1;
+    let free_bytes =
+        |level: usize| -> u64 { v.levels[level].iter().filter(|f| !cs.holds(f)).map(|f| f.info.size).sum() };
+    let total_bytes = |level: usize| -> u64 { v.levels[level].iter().map(|f| f.info.size).sum() };
+    // Bytes above the level being scored that are waiting to come down into it.
+    let mut coming_down = total_bytes(0);
     let mut out = Vec::new();
     for level in 0..last {
         let score = if level == 0 {
-            if st.intra_l0_compacting {
-                continue;
+            // While an intra-level-0 merge runs, level 0 is still scored (by the tables it
+            // does not hold), so that the base level stays reserved for level 0 (see `pick`).
+            let free = v.levels[0].iter().filter(|f| !cs.holds(f)).count();
+            let mut score = free as f64 / opts.level0_compaction_trigger.max(1) as f64;
+            if opts.dynamic_level_bytes && free > 0 {
+                let (bytes, base) = (free_bytes(0), targets.base);
+                if bytes >= opts.max_bytes_for_level_base {
+                    score = score.max(1.01);
+                }
+                let base_target = targets.target[base].max(1);
+                if bytes > base_target {
+                    score = score.max(bytes as f64 / total_bytes(base).max(base_target) as f64);
+                }
+                if score > 1.0 {
+                    score *= OVER_TARGET_SCALE;
+                }
             }
-            let free = v.levels[0].iter().filter(|f| !st.compacting.contains(&f.no())).count();
-            let score = free as f64 / opts.level0_compaction_trigger.max(1) as f64;
             // Halfway from the compaction trigger to the slowdown trigger, level 0 goes before
             // every other level: the base level's score can run far higher right after a big
             // level-0 merge (its dynamic target is small), and while its compactions took
             // every thread, flushes piled up until writers were slowed.
             if free >= l0_urgent_files(opts) { L0_URGENT + score } else { score }
         } else {
-            let bytes: u64 =
-                v.levels[level].iter().filter(|f| !st.compacting.contains(&f.no())).map(|f| f.info.size).sum();
-            targets.score(level, bytes)
+            let bytes = free_bytes(level);
+            let mut score = targets.score(level, bytes);
+            if opts.dynamic_level_bytes && level >= targets.base {
+                let target = targets.target[level].max(1);
+                if bytes >= target {
+                    score = bytes as f64 / (target as f64 + coming_down as f64) * OVER_TARGET_SCALE;
+                }
+                coming_down += total_bytes(level).saturating_sub(target);
+            }
+            score
         };
         if score >= 1.0 {
             out.push((level, score));
@@ -151,30 +212,53 @@ fn scores(opts: &Options, st: &State, targets: &LevelTargets) -> Vec<(usize, f64
 }
 
 /// The level most in need of compaction (score >= 1), if any, ignoring tables being compacted.
-pub(crate) fn needs_compaction(opts: &Options, st: &State) -> Option<(usize, f64)> {
-    scores(opts, st, &LevelTargets::new(opts, &st.version)).first().copied()
+pub(crate) fn needs_compaction(opts: &Options, v: &Version, cs: &Compacting) -> Option<(usize, f64)> {
+    scores(opts, v, cs, &LevelTargets::new(opts, v)).first().copied()
 }
 
 /// Picks a compaction and marks its tables as being compacted: from the level most in need
 /// of one whose tables are free, the next one when a running compaction holds them.
-pub(crate) fn pick(opts: &Options, st: &mut State) -> Option<Compaction> {
-    let v = st.version.clone();
-    let targets = LevelTargets::new(opts, &v);
-    let c = scores(opts, st, &targets).into_iter().find_map(|(level, _)| pick_level(opts, st, &v, &targets, level))?;
+pub(crate) fn pick(opts: &Options, v: &Version, cs: &mut Compacting) -> Option<Compaction> {
+    let targets = LevelTargets::new(opts, v);
+    // Once level 0 needed a compaction into the base level and could not have one (a running
+    // compaction holds tables of either), no compaction out of the base level starts: they
+    // would keep the base level busy one after another, and level 0 would be held off until
+    // writers are slowed (RocksDB's rule too).
+    let mut l0_waits_for_base = false;
+    let mut found = None;
+    for (level, _) in scores(opts, v, cs, &targets) {
+        if level == targets.base && level > 0 && l0_waits_for_base {
+            continue;
+        }
+        if let Some(c) = pick_level(opts, v, cs, &targets, level) {
+            found = Some(c);
+            break;
+        }
+        if level == 0 {
+            l0_waits_for_base = true;
+        }
+    }
+    let c = found?;
     for f in c.all() {
-        st.compacting.insert(f.no());
+        cs.tables.insert(f.no());
     }
     if c.is_intra_l0() {
-        st.intra_l0_compacting = true;
+        cs.intra_l0 = true;
     } else if c.level == 0 {
-        st.l0_compacting = true;
+        cs.l0 = true;
     }
-    st.running_compactions += 1;
+    cs.running += 1;
     Some(c)
 }
 
-fn pick_level(opts: &Options, st: &mut State, v: &Version, targets: &LevelTargets, level: usize) -> Option<Compaction> {
-    let busy = |st: &State, files: &[Arc<TableFile>]| files.iter().any(|f| st.compacting.contains(&f.no()));
+fn pick_level(
+    opts: &Options,
+    v: &Version,
+    cs: &mut Compacting,
+    targets: &LevelTargets,
+    level: usize,
+) -> Option<Compaction> {
+    let busy = |cs: &Compacting, files: &[Arc<TableFile>]| files.iter().any(|f| cs.holds(f));
     let c = if level == 0 {
         // Level 0 goes to the base level, or to a level above it that still holds data
         // (older than level 0's, so it must not end up below it).
@@ -182,14 +266,15 @@ fn pick_level(opts: &Options, st: &mut State, v: &Version, targets: &LevelTarget
         let inputs = v.levels[0].clone();
         let (lo, hi) = user_range(inputs.iter())?;
         let next = v.overlapping(output_level, &lo, &hi);
-        if st.l0_compacting || busy(st, &inputs) || busy(st, &next) {
-            return pick_intra_l0(opts, st, v);
+        if cs.l0 || busy(cs, &inputs) || busy(cs, &next) {
+            // One intra-level-0 merge at a time.
+            return if cs.intra_l0 { None } else { pick_intra_l0(opts, v, cs) };
         }
         Compaction { level, output_level, inputs, next, bottommost: false }
     } else {
         let output_level = level + 1;
-        let (f, next) = least_overlap(v, level, &st.compacting, &st.compact_pointer[level])?;
-        st.compact_pointer[level] = f.info.largest_user().to_vec();
+        let (f, next) = least_overlap(v, level, &cs.tables, &cs.pointer[level])?;
+        cs.pointer[level] = f.info.largest_user().to_vec();
         Compaction { level, output_level, inputs: vec![f], next, bottommost: false }
     };
     let (lo, hi) = user_range(c.all())?;
@@ -206,7 +291,7 @@ fn pick_level(opts: &Options, st: &mut State, v: &Version, targets: &LevelTarget
 fn least_overlap(
     v: &Version,
     level: usize,
-    compacting: &std::collections::HashSet<u64>,
+    compacting: &HashSet<u64>,
     after: &[u8],
 ) -> Option<(Arc<TableFile>, Vec<Arc<TableFile>>)> {
     let (files, below) = (&v.levels[level], v.levels.get(level + 1)?);
@@ -262,9 +347,9 @@ const MIN_INTRA_L0_FILES: usize = 4;
 /// table an earlier such compaction made is not rewritten for one small flush; needs at
 /// least `level0_compaction_trigger + 2` free tables and merges at least
 /// [`MIN_INTRA_L0_FILES`] and at most 16 × `target_file_size` bytes.
-fn pick_intra_l0(opts: &Options, st: &State, v: &Version) -> Option<Compaction> {
+fn pick_intra_l0(opts: &Options, v: &Version, cs: &Compacting) -> Option<Compaction> {
     let files = &v.levels[0];
-    let free = files.iter().take_while(|f| !st.compacting.contains(&f.no())).count();
+    let free = files.iter().take_while(|f| !cs.holds(f)).count();
     if free < opts.level0_compaction_trigger + 2 || free < MIN_INTRA_L0_FILES {
         return None;
     }
@@ -289,7 +374,7 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     let result = merge_with(inner, &c, force_rewrite);
     let mut st = inner.state.lock();
     for f in c.all() {
-        st.compacting.remove(&f.no());
+        st.compaction.tables.remove(&f.no());
     }
     let (level, intra_l0) = (c.level, c.is_intra_l0());
     let mut opened = Vec::new();
@@ -301,11 +386,11 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     // obsolete are already deleted when waiters wake up.
     drop(c);
     if intra_l0 {
-        st.intra_l0_compacting = false;
+        st.compaction.intra_l0 = false;
     } else if level == 0 {
-        st.l0_compacting = false;
+        st.compaction.l0 = false;
     }
-    st.running_compactions -= 1;
+    st.compaction.running -= 1;
     if applied.is_ok() {
         inner.counters.add_compaction();
         if intra_l0 {
@@ -501,7 +586,7 @@ pub(crate) fn compact_all(inner: &Arc<DbInner>) -> Result<()> {
         let c = {
             let mut st = inner.state.lock();
             // Wait until background compactions leave the levels alone.
-            while st.running_compactions > 0 || st.l0_compacting || st.intra_l0_compacting {
+            while st.compaction.running > 0 || st.compaction.l0 || st.compaction.intra_l0 {
                 inner.check_poisoned()?;
                 inner.bg_cv.wait(&mut st);
             }
@@ -517,12 +602,12 @@ pub(crate) fn compact_all(inner: &Arc<DbInner>) -> Result<()> {
             let all_lo_hi = user_range(inputs.iter().chain(&next));
             let bottommost = all_lo_hi.is_none_or(|(lo, hi)| !v.has_data_below(output_level, &lo, &hi));
             for f in inputs.iter().chain(&next) {
-                st.compacting.insert(f.no());
+                st.compaction.tables.insert(f.no());
             }
             if level == 0 {
-                st.l0_compacting = true;
+                st.compaction.l0 = true;
             }
-            st.running_compactions += 1;
+            st.compaction.running += 1;
             // When the next level is rewritten whole and nothing lies deeper, this is the last step.
             let last_step = next.len() == v.levels[output_level].len()
                 && v.levels.iter().skip(output_level + 1).all(|l| l.is_empty());
@@ -545,7 +630,8 @@ mod tests {
     use std::collections::HashSet;
     use std::sync::Arc;
 
-    use super::{intra_l0_span, least_overlap};
+    use super::{Compacting, LevelTargets, intra_l0_span, least_overlap, pick};
+    use crate::Options;
     use crate::block_cache::BlockCache;
     use crate::key::{ValueKind, internal_key};
     use crate::storage::Storage;
@@ -569,13 +655,68 @@ mod tests {
         TableFile::new(info, cleaner.clone())
     }
 
-    #[test]
-    fn a_level_compacts_the_table_with_the_least_overlap_below() {
+    fn cleaner() -> Arc<Cleaner> {
         let storage: Arc<dyn Storage> = Arc::new(crate::MemStorage::new());
         let dir = std::path::PathBuf::from("/t");
         let table_cache =
             Arc::new(TableCache::new(storage.clone(), dir.clone(), 8, Arc::new(BlockCache::new(1 << 20))));
-        let cleaner = Arc::new(Cleaner { storage, dir, table_cache });
+        Arc::new(Cleaner { storage, dir, table_cache })
+    }
+
+    /// Options whose dynamic targets put a 10,000-byte bottom level (3) under a level 2 of
+    /// 1,000 and a base level 1 of 100 bytes.
+    fn tiny_levels() -> Options {
+        Options {
+            num_levels: 4,
+            max_bytes_for_level_base: 100,
+            level_size_multiplier: 10,
+            dynamic_level_bytes: true,
+            level0_compaction_trigger: 4,
+            level0_slowdown_trigger: 20,
+            ..Options::default()
+        }
+    }
+
+    /// (level, output level, input tables) of what `pick` chooses.
+    fn picked(opts: &Options, v: &Version, cs: &mut Compacting) -> Option<(usize, usize, Vec<u64>)> {
+        pick(opts, v, cs).map(|c| (c.level, c.output_level, c.all().map(|f| f.no()).collect()))
+    }
+
+    #[test]
+    fn level_0_bigger_than_the_base_level_goes_first_and_keeps_the_base_level_for_itself() {
+        let (cleaner, opts) = (cleaner(), tiny_levels());
+        let mut v = Version::empty(4);
+        v.levels[3] = vec![table(&cleaner, 30, "a", "z", 10_000)];
+        // The base level, 5x over its target of 100.
+        v.levels[1] = vec![table(&cleaner, 10, "a", "h", 250), table(&cleaner, 11, "i", "z", 250)];
+        assert_eq!(LevelTargets::new(&opts, &v).base, 1);
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((1, 2, vec![10])));
+        // Two level-0 tables, half the file-count trigger, but more bytes than the base level:
+        // level 0 goes first.
+        v.levels[0] = vec![table(&cleaner, 1, "a", "z", 300), table(&cleaner, 2, "a", "z", 300)];
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((0, 1, vec![1, 2, 10, 11])));
+        // With a base-level table held by a running compaction, level 0 cannot go (and two
+        // tables are too few to merge among themselves); the base level's other table must not
+        // start a compaction of its own either, or level 0 would wait behind one after another.
+        let mut cs = Compacting::new(4);
+        cs.tables.insert(11);
+        cs.running = 1;
+        assert_eq!(picked(&opts, &v, &mut cs), None);
+        // The same while an intra-level-0 merge holds the newest level-0 tables.
+        v.levels[0].insert(0, table(&cleaner, 3, "a", "z", 10));
+        let mut cs = Compacting::new(4);
+        cs.tables.insert(3);
+        (cs.intra_l0, cs.running) = (true, 1);
+        assert_eq!(picked(&opts, &v, &mut cs), None);
+        // A level 0 smaller than the base level, below its file-count trigger: the base level
+        // compacts.
+        v.levels[0] = vec![table(&cleaner, 1, "a", "z", 30)];
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((1, 2, vec![10])));
+    }
+
+    #[test]
+    fn a_level_compacts_the_table_with_the_least_overlap_below() {
+        let cleaner = cleaner();
         let mut v = Version::empty(3);
         v.levels[1] = vec![
             table(&cleaner, 1, "a", "c", 100), // over 10 + 300 bytes below: 3.1 per byte

@@ -1,6 +1,6 @@
 //! [`Db`]: the engine's public handle, its shared state and the read path.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -86,16 +86,9 @@ pub(crate) struct State {
     pub version: Arc<Version>,
     pub manifest: ManifestWriter,
     pub next_file_no: u64,
-    /// Tables being compacted.
-    pub compacting: HashSet<u64>,
-    /// A compaction from level 0 into a lower level is running.
-    pub l0_compacting: bool,
-    /// A compaction of level-0 tables into one level-0 table is running.
-    pub intra_l0_compacting: bool,
-    pub running_compactions: usize,
+    /// The compactions running and what they hold.
+    pub compaction: crate::compaction::Compacting,
     pub flushing: bool,
-    /// Per level, the largest user key of the last table compacted (round-robin picking).
-    pub compact_pointer: Vec<Vec<u8>>,
 }
 
 impl State {
@@ -502,8 +495,8 @@ impl Db {
         loop {
             inner.check_poisoned()?;
             let idle = st.imms.is_empty()
-                && st.running_compactions == 0
-                && crate::compaction::needs_compaction(&inner.opts, &st).is_none();
+                && st.compaction.running == 0
+                && crate::compaction::needs_compaction(&inner.opts, &st.version, &st.compaction).is_none();
             if idle {
                 return Ok(());
             }

@@ -187,12 +187,8 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
         version: Arc::new(version),
         manifest,
         next_file_no,
-        compacting: HashSet::new(),
-        l0_compacting: false,
-        intra_l0_compacting: false,
-        running_compactions: 0,
+        compaction: crate::compaction::Compacting::new(opts.num_levels),
         flushing: false,
-        compact_pointer: vec![Vec::new(); opts.num_levels],
     };
     let wal = Wal { writer, slowdown_owed: std::time::Duration::ZERO };
     Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock))
