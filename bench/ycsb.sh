@@ -24,7 +24,8 @@
 # CAIRN_BENCH_DEBUG=1 prints engine internals to stderr at each run's close (cairn: cache hit
 # rate, write stall time by cause, intra-L0 compactions, tables and MiB per level; RocksDB: its
 # "rocksdb.stats" property); CAIRN_BENCH_DEBUG=2 also prints cairn's level 0 and levels every
-# second.
+# second. CAIRN_BENCH_COMPACTION_NICE=N runs cairn's compaction threads at nice +N instead of
+# its default (for experiments; the settings line shows the value used).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGIME=${1:-small}

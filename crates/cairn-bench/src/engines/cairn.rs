@@ -30,6 +30,12 @@ impl CairnEngine {
             compression,
             block_cache_bytes: s.cache_bytes() as usize,
             compaction_threads: s.bg_threads.max(1) as usize,
+            // For experiments: CAIRN_BENCH_COMPACTION_NICE overrides the compaction threads'
+            // niceness (printed with the settings).
+            compaction_nice: std::env::var("CAIRN_BENCH_COMPACTION_NICE")
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(Options::default().compaction_nice),
             ..Options::default()
         };
         let settings = format!(
