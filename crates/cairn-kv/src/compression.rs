@@ -161,6 +161,34 @@ pub fn decompress(tag: u8, data: Bytes, path: &Path, offset: u64) -> Result<Byte
     }
 }
 
+/// [`decompress`] for a block read into a scratch buffer: the result is built in a buffer
+/// from [`crate::block_pool`], which it returns to when dropped (zstd blocks excepted).
+pub fn decompress_pooled(tag: u8, data: &[u8], path: &Path, offset: u64) -> Result<Bytes> {
+    let corrupt = |reason: String| Error::corruption(path, offset, reason);
+    match tag {
+        TAG_NONE => {
+            let mut v = crate::block_pool::take(data.len());
+            v.extend_from_slice(data);
+            Ok(crate::block_pool::into_bytes(v))
+        }
+        TAG_LZ4 => {
+            let (declared, rest) =
+                lz4_flex::block::uncompressed_size(data).map_err(|e| corrupt(format!("lz4 block header: {e}")))?;
+            if declared > MAX_DECOMPRESSED_LEN {
+                return Err(corrupt(format!("lz4 block declares {declared} bytes")));
+            }
+            let mut v = crate::block_pool::take(declared);
+            v.resize(declared, 0);
+            let n = lz4_flex::block::decompress_into(rest, &mut v).map_err(|e| corrupt(format!("lz4 block: {e}")))?;
+            if n != declared {
+                return Err(corrupt(format!("lz4 block decoded to {n} bytes, header declares {declared}")));
+            }
+            Ok(crate::block_pool::into_bytes(v))
+        }
+        _ => decompress(tag, Bytes::copy_from_slice(data), path, offset),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -234,6 +262,26 @@ mod tests {
                 }
                 let out = decompress(tag, Bytes::copy_from_slice(&stored), Path::new("t"), 0).unwrap();
                 prop_assert_eq!(&out[..], &b[..]);
+            }
+        }
+
+        #[test]
+        fn pooled_decoding_matches_plain_decoding(tag in 0u8..4, data: Vec<u8>, valid in any::<bool>()) {
+            // Either a real block of `data` under `tag`'s codec, or `data` itself as garbage.
+            let stored = match (valid, tag) {
+                (true, TAG_LZ4) => lz4_flex::block::compress_prepend_size(&data),
+                (true, TAG_ZSTD) => compress(Compression::Zstd(3), &data).unwrap_or_default(),
+                _ => data.clone(),
+            };
+            let p = std::path::Path::new("t");
+            let plain = decompress(tag, Bytes::from(stored.clone()), p, 0).map(|b| b.to_vec()).map_err(|e| e.to_string());
+            let pooled = decompress_pooled(tag, &stored, p, 0).map(|b| b.to_vec()).map_err(|e| e.to_string());
+            prop_assert_eq!(plain.is_ok(), pooled.is_ok());
+            if let (Ok(a), Ok(b)) = (&plain, &pooled) {
+                prop_assert_eq!(a, b);
+            }
+            if valid && (tag == TAG_NONE || tag == TAG_LZ4) {
+                prop_assert_eq!(pooled, Ok(data));
             }
         }
 

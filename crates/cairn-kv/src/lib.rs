@@ -24,6 +24,7 @@ pub use storage_mem::MemStorage;
 pub mod block;
 pub mod block_builder;
 pub mod block_cache;
+pub mod block_pool;
 pub mod bloom;
 pub mod compression;
 pub mod table_builder;

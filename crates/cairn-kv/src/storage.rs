@@ -68,6 +68,12 @@ pub trait WritableFile: Send {
 pub trait RandomAccessFile: Send + Sync {
     /// Reads exactly `len` bytes at `offset`; a short file is an `UnexpectedEof` error.
     fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>>;
+    /// Reads exactly `len` bytes at `offset` into `buf`, replacing its contents; files that
+    /// can reuse `buf`'s allocation do.
+    fn read_at_into(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> io::Result<()> {
+        *buf = self.read_at(offset, len)?;
+        Ok(())
+    }
     /// Length of the file in bytes.
     fn len(&self) -> u64;
     /// Whether the file is empty.

@@ -78,6 +78,12 @@ fn eof() -> io::Error {
 
 impl RandomAccessFile for FsRandom {
     fn read_at(&self, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut v = Vec::new();
+        self.read_at_into(offset, len, &mut v)?;
+        Ok(v)
+    }
+
+    fn read_at_into(&self, offset: u64, len: usize, buf: &mut Vec<u8>) -> io::Result<()> {
         // Never allocate past the end of the file (a damaged length must not exhaust memory).
         // A file still being appended to (a pack) may have grown since it was opened, so a
         // read past the length seen at open asks the file system again.
@@ -85,9 +91,9 @@ impl RandomAccessFile for FsRandom {
         if end > self.len && end > self.file.metadata()?.len() {
             return Err(eof());
         }
-        let mut v = vec![0u8; len];
-        self.file.read_exact_at(&mut v, offset)?;
-        Ok(v)
+        buf.clear();
+        buf.resize(len, 0);
+        self.file.read_exact_at(buf, offset)
     }
 
     fn len(&self) -> u64 {

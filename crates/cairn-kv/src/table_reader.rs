@@ -14,7 +14,7 @@ use bytes::Bytes;
 use crate::block::{Block, BlockHandle, BlockIter, RestartPrefixes};
 use crate::block_cache::{BlockCache, TableBlocks};
 use crate::bloom::BloomFilter;
-use crate::compression::decompress;
+use crate::compression::{decompress, decompress_pooled};
 use crate::error::IoContext;
 use crate::iter::InternalIterator;
 use crate::key;
@@ -24,6 +24,8 @@ use crate::{Error, RandomAccessFile, Result};
 thread_local! {
     /// The key buffer of this thread's point lookups (see [`TableReader::get_hashed`]).
     static LOOKUP_KEY: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    /// Stored bytes of a data block read on a cache miss, before they are decompressed.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// An open SSTable. Shared between threads behind an `Arc`.
@@ -94,8 +96,24 @@ impl TableReader {
     }
 
     /// Reads a data block from the file, bypassing the cache.
+    /// Reads a data block for the block cache: through a per-thread scratch buffer into a
+    /// pooled one ([`crate::block_pool`]), so that cache misses do not allocate.
     fn read_data_block(&self, h: BlockHandle) -> Result<Block> {
-        let data = read_block(&*self.file, &self.path, h, self.data_end)?;
+        let data = READ_BUF.with_borrow_mut(|buf| {
+            let corrupt = |reason: &str| Error::corruption(&self.path, h.offset, reason);
+            let end = block_end(h).filter(|&e| e <= self.data_end).ok_or_else(|| corrupt("block out of range"))?;
+            let len = usize::try_from(end - h.offset).map_err(|_| corrupt("block too large"))?;
+            self.file.read_at_into(h.offset, len, buf).at(&self.path)?;
+            if buf.len() != len {
+                return Err(corrupt("short read"));
+            }
+            let (tag, size) = check_trailer(buf, &self.path, h)?;
+            let data = decompress_pooled(tag, &buf[..size], &self.path, h.offset);
+            if buf.capacity() > MAX_READ_BUF {
+                *buf = Vec::new();
+            }
+            data
+        })?;
         Block::new(data, self.path.clone(), h.offset)
     }
 
@@ -295,15 +313,25 @@ fn read_span(
 /// Checks a block's trailer (compression tag and checksum) and returns its decompressed
 /// contents. `raw` is the block with its trailer, at least [`BLOCK_TRAILER_LEN`] bytes.
 fn unseal_block(mut raw: Bytes, path: &Path, h: BlockHandle) -> Result<Bytes> {
+    let (tag, size) = check_trailer(&raw, path, h)?;
+    raw.truncate(size);
+    decompress(tag, raw, path, h.offset)
+}
+
+/// Checks the trailer of `raw` (a block with its trailer, at least [`BLOCK_TRAILER_LEN`]
+/// bytes): returns the compression tag and the stored length before the trailer.
+fn check_trailer(raw: &[u8], path: &Path, h: BlockHandle) -> Result<(u8, usize)> {
     let size = raw.len() - BLOCK_TRAILER_LEN;
     let tag = raw[size];
     let stored = u32::from_le_bytes([raw[size + 1], raw[size + 2], raw[size + 3], raw[size + 4]]);
     if block_checksum(&raw[..size], tag) != stored {
         return Err(Error::corruption(path, h.offset, "block checksum mismatch"));
     }
-    raw.truncate(size);
-    decompress(tag, raw, path, h.offset)
+    Ok((tag, size))
 }
+
+/// A per-thread scratch buffer larger than this after a read is freed rather than kept.
+const MAX_READ_BUF: usize = 1 << 20;
 
 /// Bytes of data blocks a sequential read ([`TableReader::sequential_iter`], verification)
 /// asks the file for at once.
