@@ -132,11 +132,7 @@ pub fn decompress(tag: u8, data: Bytes, path: &Path, offset: u64) -> Result<Byte
     match tag {
         TAG_NONE => Ok(data),
         TAG_LZ4 => {
-            let (declared, _) =
-                lz4_flex::block::uncompressed_size(&data).map_err(|e| corrupt(format!("lz4 block header: {e}")))?;
-            if declared > MAX_DECOMPRESSED_LEN {
-                return Err(corrupt(format!("lz4 block declares {declared} bytes")));
-            }
+            lz4_declared(&data, path, offset)?;
             let out =
                 lz4_flex::block::decompress_size_prepended(&data).map_err(|e| corrupt(format!("lz4 block: {e}")))?;
             Ok(Bytes::from(out))
@@ -161,6 +157,18 @@ pub fn decompress(tag: u8, data: Bytes, path: &Path, offset: u64) -> Result<Byte
     }
 }
 
+/// The decoded size an LZ4 block's header declares (checked against
+/// [`MAX_DECOMPRESSED_LEN`]) and the compressed bytes after the header.
+fn lz4_declared<'a>(data: &'a [u8], path: &Path, offset: u64) -> Result<(usize, &'a [u8])> {
+    let corrupt = |reason: String| Error::corruption(path, offset, reason);
+    let (declared, rest) =
+        lz4_flex::block::uncompressed_size(data).map_err(|e| corrupt(format!("lz4 block header: {e}")))?;
+    if declared > MAX_DECOMPRESSED_LEN {
+        return Err(corrupt(format!("lz4 block declares {declared} bytes")));
+    }
+    Ok((declared, rest))
+}
+
 /// [`decompress`] for a block read into a scratch buffer: the result is built in a buffer
 /// from [`crate::block_pool`], which it returns to when dropped (zstd blocks excepted).
 pub fn decompress_pooled(tag: u8, data: &[u8], path: &Path, offset: u64) -> Result<Bytes> {
@@ -172,11 +180,7 @@ pub fn decompress_pooled(tag: u8, data: &[u8], path: &Path, offset: u64) -> Resu
             Ok(crate::block_pool::into_bytes(v))
         }
         TAG_LZ4 => {
-            let (declared, rest) =
-                lz4_flex::block::uncompressed_size(data).map_err(|e| corrupt(format!("lz4 block header: {e}")))?;
-            if declared > MAX_DECOMPRESSED_LEN {
-                return Err(corrupt(format!("lz4 block declares {declared} bytes")));
-            }
+            let (declared, rest) = lz4_declared(data, path, offset)?;
             let mut v = crate::block_pool::take(declared);
             v.resize(declared, 0);
             let n = lz4_flex::block::decompress_into(rest, &mut v).map_err(|e| corrupt(format!("lz4 block: {e}")))?;

@@ -95,18 +95,11 @@ impl TableReader {
         Ok(TableReader { file, path, table_id, blocks, file_size, data_end, index, index_prefixes, filter })
     }
 
-    /// Reads a data block from the file, bypassing the cache.
     /// Reads a data block for the block cache: through a per-thread scratch buffer into a
     /// pooled one ([`crate::block_pool`]), so that cache misses do not allocate.
     fn read_data_block(&self, h: BlockHandle) -> Result<Block> {
         let data = READ_BUF.with_borrow_mut(|buf| {
-            let corrupt = |reason: &str| Error::corruption(&self.path, h.offset, reason);
-            let end = block_end(h).filter(|&e| e <= self.data_end).ok_or_else(|| corrupt("block out of range"))?;
-            let len = usize::try_from(end - h.offset).map_err(|_| corrupt("block too large"))?;
-            self.file.read_at_into(h.offset, len, buf).at(&self.path)?;
-            if buf.len() != len {
-                return Err(corrupt("short read"));
-            }
+            read_span_into(&*self.file, &self.path, h, self.data_end, 0, buf)?;
             let (tag, size) = check_trailer(buf, &self.path, h)?;
             let data = decompress_pooled(tag, &buf[..size], &self.path, h.offset);
             if buf.capacity() > MAX_READ_BUF {
@@ -299,15 +292,30 @@ fn read_span(
     limit: u64,
     at_least: u64,
 ) -> Result<(Bytes, u64)> {
+    let mut buf = Vec::new();
+    let end = read_span_into(file, path, h, limit, at_least, &mut buf)?;
+    Ok((Bytes::from(buf), end))
+}
+
+/// [`read_span`] into `buf` (its contents replaced, its allocation reused where the file
+/// allows); returns the offset where the block ends.
+fn read_span_into(
+    file: &dyn RandomAccessFile,
+    path: &Path,
+    h: BlockHandle,
+    limit: u64,
+    at_least: u64,
+    buf: &mut Vec<u8>,
+) -> Result<u64> {
     let corrupt = |reason: &str| Error::corruption(path, h.offset, reason);
     let end = block_end(h).filter(|&e| e <= limit).ok_or_else(|| corrupt("block out of range"))?;
     let want = (end - h.offset).max(at_least.min(limit - h.offset));
     let len = usize::try_from(want).map_err(|_| corrupt("block too large"))?;
-    let buf = file.read_at(h.offset, len).at(path)?;
+    file.read_at_into(h.offset, len, buf).at(path)?;
     if buf.len() != len {
         return Err(corrupt("short read"));
     }
-    Ok((Bytes::from(buf), end))
+    Ok(end)
 }
 
 /// Checks a block's trailer (compression tag and checksum) and returns its decompressed
