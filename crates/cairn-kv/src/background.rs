@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
+use crate::compaction::Compaction;
 use crate::db::{DbInner, State};
 use crate::flush::build_table;
 use crate::manifest::ManifestWriter;
@@ -22,14 +23,44 @@ pub(crate) fn spawn(inner: &Arc<DbInner>) -> Result<Vec<JoinHandle<()>>> {
     threads.push(std::thread::Builder::new().name("cairn-flush".into()).spawn(flush).map_err(spawn_err)?);
     for n in 0..inner.opts.compaction_threads.max(1) {
         let i = inner.clone();
-        let compact = move || {
-            lower_priority(i.opts.compaction_nice);
-            guarded(&i, "compaction", compaction_loop)
-        };
+        let compact = move || guarded(&i, "compaction", compaction_loop);
         let t = std::thread::Builder::new().name(format!("cairn-compact-{n}")).spawn(compact);
         threads.push(t.map_err(spawn_err)?);
     }
     Ok(threads)
+}
+
+/// Runs compaction `c`, at the priority its kind deserves.
+///
+/// A compaction out of level 0 (into the base level, or level-0 tables merged among
+/// themselves) runs on the compaction thread at the process's priority: writers are slowed and
+/// then stopped by the number of level-0 tables, so they wait for it much as they wait for a
+/// flush. Any other compaction runs on a thread of its own that lowers its priority by
+/// `Options::compaction_nice` (a thread may lower its own priority but, without privileges,
+/// never raise it again, hence a new thread per compaction rather than one switching): it is
+/// only debt (read and space amplification), paid from the CPU time clients leave idle. A
+/// level-0 compaction run at low priority instead was the longest wait of writers under
+/// insert load with as many busy clients as cores: it took the CPU only when writers were
+/// already held at the slowdown trigger, so level 0 grew to the trigger again and again.
+fn run_compaction(inner: &Arc<DbInner>, c: Compaction) -> Result<()> {
+    let nice = inner.opts.compaction_nice;
+    if c.level == 0 || nice <= 0 {
+        return crate::compaction::run(inner, c);
+    }
+    // The compaction moves into the thread through `slot`; if the thread cannot be started,
+    // it runs here instead (at this thread's priority) rather than being lost.
+    let slot = parking_lot::Mutex::new(Some(c));
+    std::thread::scope(|scope| {
+        let low = std::thread::Builder::new().name("cairn-deepcomp".into()).spawn_scoped(scope, || {
+            lower_priority(nice);
+            let c = slot.lock().take().expect("taken once");
+            crate::compaction::run(inner, c)
+        });
+        match low {
+            Ok(handle) => handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
+            Err(_) => crate::compaction::run(inner, slot.lock().take().expect("the thread never started")),
+        }
+    })
 }
 
 /// Adds `nice` to the calling thread's scheduling niceness (Linux: niceness is per thread, and
@@ -142,7 +173,7 @@ fn compaction_loop(inner: &Arc<DbInner>) {
                 inner.bg_cv.wait(&mut st);
             }
         };
-        match crate::compaction::run(inner, c) {
+        match run_compaction(inner, c) {
             Ok(()) | Err(Error::Closed) => {}
             Err(e) => inner.poison(format!("compaction failed: {e}")),
         }

@@ -436,6 +436,7 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
     // compaction sees, so it sees what the newest state sees. The other order lets a snapshot
     // and a range deletion flushed after it both land between the two reads, and the
     // compaction would drop the data the snapshot still reads.
+    inner.failpoint(if c.level == 0 { "compaction.merge.level0" } else { "compaction.merge.deeper" });
     let version: Arc<Version> = inner.state.lock().version.clone();
     inner.failpoint("compaction.version_read");
     let snapshots = inner.snapshots.list();

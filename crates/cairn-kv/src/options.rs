@@ -79,14 +79,14 @@ pub struct Options {
     /// threads of their own (default 2; 1 merges every compaction on its compaction thread).
     /// Level-0 compactions, which hold back all others into level 1, finish sooner this way.
     pub max_subcompactions: usize,
-    /// Scheduling niceness added to the compaction threads (and the sub-compaction threads they
-    /// start), on Linux (default 10; 0 leaves them at the process's priority; ignored
-    /// elsewhere). When clients keep every core busy, compactions then take the CPU they leave
-    /// idle instead of an equal share of it: reads and writes keep their latency while a
-    /// backlog of compaction work is being paid off, and writers are still held back by
-    /// `level0_slowdown_trigger` and `level0_stop_trigger` if the backlog grows, which leaves
-    /// the compactions the CPU again. The flush thread keeps normal priority, since writers
-    /// wait for it once the memtables are full. (RocksDB offers the same as
+    /// Scheduling niceness added, on Linux, to compactions out of level 1 and below (and the
+    /// sub-compaction threads they start); default 10, 0 runs them at the process's priority,
+    /// ignored elsewhere. When clients keep every core busy, such a compaction then takes the
+    /// CPU they leave idle instead of an equal share of it: reads and writes keep their
+    /// latency while a backlog of compaction work is being paid off. Compactions out of level
+    /// 0 and flushes keep the process's priority, since writers are slowed and then stopped
+    /// by the number of level-0 tables and the frozen memtables, so they wait for those. (RocksDB
+    /// offers the lower priority for its whole compaction pool, as
     /// `Env::LowerThreadPoolCPUPriority`.)
     pub compaction_nice: i32,
     /// A clean close flushes the memtables when they hold at least this many bytes (default

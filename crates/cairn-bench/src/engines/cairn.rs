@@ -40,7 +40,7 @@ impl CairnEngine {
         };
         let settings = format!(
             "memtable {} MiB (+ up to {} frozen), block {} B, bloom {} bits/key, compression {:?}, block cache {} MiB, \
-             {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread) at nice +{} + 1 flush thread, \
+             {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread; compactions out of levels 1+ at nice +{}, out of level 0 at normal priority) + 1 flush thread, \
              durability {} (WAL fsync per write, group-committed across writers)",
             s.memtable_mb,
             opts.max_immutable_memtables,

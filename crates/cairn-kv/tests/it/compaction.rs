@@ -265,24 +265,45 @@ fn thread_nices(prefix: &str) -> Vec<i64> {
     out
 }
 
+/// Niceness of the calling thread, from `/proc/thread-self/stat`.
+#[cfg(target_os = "linux")]
+fn own_nice() -> i64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+    stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(16).unwrap().parse().unwrap()
+}
+
+/// Compactions out of level 0 run at the process's priority (writers wait for them), every
+/// other compaction `compaction_nice` lower; the long-lived compaction and flush threads keep
+/// the process's priority.
 #[cfg(target_os = "linux")]
 #[test]
-fn compaction_threads_run_at_the_configured_niceness() {
-    let base = thread_nices("").into_iter().min().unwrap_or(0);
-    // A value no other test uses, so this database's threads can be told apart.
+fn deeper_compactions_run_at_the_configured_niceness_and_level0_ones_do_not() {
+    let base = own_nice();
     let opts = Options { compaction_threads: 3, compaction_nice: 7, ..Options::small_for_tests() };
     let want = (base + 7).min(19);
     let db = Db::open_with_storage("/db", opts, Arc::new(MemStorage::new())).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    loop {
-        let ours = thread_nices("cairn-compact-").into_iter().filter(|&n| n == want).count();
-        if ours >= 3 {
-            break;
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<(String, i64)>::new()));
+    let s = seen.clone();
+    db.set_failpoint_hook(Some(Arc::new(move |name: &str| {
+        if name.starts_with("compaction.merge.") {
+            s.lock().unwrap().push((name.to_string(), own_nice()));
         }
-        assert!(std::time::Instant::now() < deadline, "{ours} of 3 compaction threads at nice {want}");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    // The flush thread keeps the process's priority: writers wait for it.
+    })));
+    load(&db, 40_000, 100);
+    db.flush().unwrap();
+    db.wait_for_compactions().unwrap();
+    let ours = thread_nices("cairn-compact-");
+    db.set_failpoint_hook(None);
+    let seen = seen.lock().unwrap().clone();
+    let at = |kind: &str| seen.iter().filter(|(n, _)| n.ends_with(kind)).map(|&(_, nice)| nice).collect::<Vec<_>>();
+    let (level0, deeper) = (at("level0"), at("deeper"));
+    assert!(!level0.is_empty() && !deeper.is_empty(), "both kinds of compaction ran: {seen:?}");
+    assert!(level0.iter().all(|&n| n == base), "level-0 compactions at nice {base}: {level0:?}");
+    assert!(deeper.iter().all(|&n| n == want), "deeper compactions at nice {want}: {deeper:?}");
+    // The compaction threads themselves (not the short-lived ones of deeper compactions,
+    // which are gone once compactions are done) and the flush thread keep the process's
+    // priority.
+    assert!(ours.len() >= 3 && ours.iter().all(|&n| n == base), "compaction threads: {ours:?}");
     assert!(thread_nices("cairn-flush").contains(&base));
     drop(db);
 }
