@@ -24,7 +24,7 @@
 # CAIRN_BENCH_DEBUG=1 prints engine internals to stderr at each run's close (cairn: cache hit
 # rate, write stall time by cause, intra-L0 compactions, tables and MiB per level; RocksDB: its
 # "rocksdb.stats" property); CAIRN_BENCH_DEBUG=2 also prints cairn's level 0 and levels every
-# second. CAIRN_BENCH_COMPACTION_NICE=N runs cairn's compaction threads at nice +N instead of
+# second. CAIRN_BENCH_COMPACTION_NICE=N runs cairn's compactions out of levels 1+ at nice +N instead of
 # its default (for experiments; the settings line shows the value used).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,15 +39,20 @@ esac
 
 bash bench/build-go-peers.sh || echo "warning: Go peers not built; pebble and badger will be skipped" >&2
 
-FEATURES=()
+FEATURES=(--no-default-features --features cairn,redb,sled)
 if [ "${ROCKSDB:-0}" = 1 ]; then
   # bindgen needs libclang itself (libclang.so or libclang-NN.so); a clang binary or
   # libclang-cpp alone does not do.
   if [ -z "${LIBCLANG_PATH:-}" ] && ! ldconfig -p | grep -Eq 'libclang(-[0-9.]+)?\.so'; then
     apt-get update -qq && apt-get install -y -qq libclang-dev clang >/dev/null
   fi
-  FEATURES=(--features rocksdb)
+  FEATURES=(--no-default-features --features cairn,redb,sled,rocksdb)
 fi
+# fjall runs from a binary of its own: its lsm-tree turns on lz4_flex's safe (slower) encoder
+# for every crate in the binary it is linked into, cairn-kv's included. Cargo keeps both
+# builds' artifacts, so rebuilding either is quick after the first time.
+cargo build --release -q -p cairn-bench --no-default-features --features fjall
+cp target/release/cairn-bench target/release/cairn-bench-fjall
 cargo build --release -q -p cairn-bench "${FEATURES[@]}"
 
 mkdir -p target/cairn-bench
@@ -57,5 +62,6 @@ target/release/cairn-bench ycsb \
   --repeat "${REPEAT:-3}" --durability "${DURABILITY:-nosync}" \
   --records "${RECORDS:-$R}" --ops "${OPS:-$O}" --value-size "${VALUE_SIZE:-$V}" \
   --cache-mb "${CACHE_MB:-$C}" --memtable-mb "${MEMTABLE_MB:-$M}" \
+  --engine-exe fjall=target/release/cairn-bench-fjall \
   "$@" | tee "$OUT"
 echo "table saved to $OUT" >&2

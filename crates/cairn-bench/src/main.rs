@@ -109,6 +109,26 @@ struct YcsbArgs {
     /// The Go peer program (Pebble, Badger); default `cairnbench-peers` next to this binary.
     #[arg(long, env = "CAIRN_BENCH_PEERS")]
     peers: Option<PathBuf>,
+    /// `ENGINE=PATH` (repeatable): run the in-process engine ENGINE from PATH, another
+    /// cairn-bench binary built with its feature, instead of from this one. bench/ycsb.sh runs
+    /// fjall so: its lsm-tree turns on lz4_flex's safe (slower) encoder for every crate of the
+    /// binary it is in, cairn-kv's included.
+    #[arg(long = "engine-exe", value_parser = parse_engine_exe)]
+    engine_exe: Vec<(String, PathBuf)>,
+}
+
+/// Parses `ENGINE=PATH` for `--engine-exe`.
+fn parse_engine_exe(s: &str) -> std::result::Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((e, p)) if !e.trim().is_empty() && !p.is_empty() => {
+            let engine = e.trim().to_ascii_lowercase();
+            if GO_ENGINES.contains(&engine.as_str()) {
+                return Err(format!("{engine} runs in the Go peer program (--peers), not from a cairn-bench binary"));
+            }
+            Ok((engine, PathBuf::from(p)))
+        }
+        _ => Err(format!("expected ENGINE=PATH, got {s:?}")),
+    }
 }
 
 #[derive(Args)]
@@ -204,7 +224,15 @@ fn peers_path(a: &YcsbArgs) -> Option<PathBuf> {
 }
 
 fn resolve_engines(a: &YcsbArgs, peers: Option<&Path>) -> Result<Vec<String>> {
-    let built = compiled_engines();
+    let mut built: Vec<&str> = compiled_engines();
+    for (e, path) in &a.engine_exe {
+        if !path.exists() {
+            bail!("--engine-exe {e}={}: no such file", path.display());
+        }
+        if !built.contains(&e.as_str()) {
+            built.push(e.as_str());
+        }
+    }
     let have_peers = peers.is_some_and(Path::exists);
     let mut v: Vec<String> = Vec::new();
     for e in &a.engines {
@@ -315,7 +343,14 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
                 order.rotate_left(rep % engines.len());
                 for e in &order {
                     let go = GO_ENGINES.contains(&e.as_str());
-                    let exe = if go { peers.clone().context("no Go peer program")? } else { self_exe.clone() };
+                    let exe = if go {
+                        peers.clone().context("no Go peer program")?
+                    } else {
+                        a.engine_exe
+                            .iter()
+                            .find(|(name, _)| name == e)
+                            .map_or_else(|| self_exe.clone(), |(_, p)| p.clone())
+                    };
                     let db = db_root.join(e);
                     match run_child(&exe, !go, e, path, &db, t, &a.settings) {
                         Ok(r) => {
@@ -381,4 +416,21 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_exe_takes_engine_equals_path() {
+        assert_eq!(
+            parse_engine_exe("Fjall=/x/cairn-bench").unwrap(),
+            ("fjall".into(), PathBuf::from("/x/cairn-bench"))
+        );
+        assert!(parse_engine_exe("fjall").is_err());
+        assert!(parse_engine_exe("=/x").is_err());
+        assert!(parse_engine_exe("fjall=").is_err());
+        assert!(parse_engine_exe("pebble=/x").unwrap_err().contains("Go peer"));
+    }
 }
