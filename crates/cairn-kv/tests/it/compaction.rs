@@ -258,18 +258,23 @@ fn thread_nices(prefix: &str) -> Vec<i64> {
             continue;
         }
         let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { continue };
-        // Fields after the parenthesised name: state is field 3, nice is field 19.
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        out.push(rest.split(' ').nth(16).unwrap().parse().unwrap());
+        out.push(nice_in_stat(&stat));
     }
     out
+}
+
+/// The niceness in a `/proc/.../stat` line.
+#[cfg(target_os = "linux")]
+fn nice_in_stat(stat: &str) -> i64 {
+    // Fields after the parenthesised name: state is field 3, nice is field 19.
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    rest.split(' ').nth(16).unwrap().parse().unwrap()
 }
 
 /// Niceness of the calling thread, from `/proc/thread-self/stat`.
 #[cfg(target_os = "linux")]
 fn own_nice() -> i64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
-    stat[stat.rfind(')').unwrap() + 2..].split(' ').nth(16).unwrap().parse().unwrap()
+    nice_in_stat(&std::fs::read_to_string("/proc/thread-self/stat").unwrap())
 }
 
 /// Compactions out of level 0 run at the process's priority (writers wait for them), every
