@@ -104,6 +104,8 @@ pub(crate) struct Wal {
     pub writer: LogWriter,
     /// Delay owed by writes made while level 0 is over its slowdown trigger, not yet slept.
     pub slowdown_owed: std::time::Duration,
+    /// The log the next memtable switch will use, made ahead of time.
+    pub spare: Option<crate::spare_log::SpareLog>,
 }
 
 /// Shared engine state; background threads and handles hold an `Arc` of it.
@@ -346,11 +348,14 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     for t in threads.lock().drain(..) {
         let _ = t.join();
     }
+    let mut wal = inner.wal.lock();
+    if let Some(spare) = wal.spare.take() {
+        spare.discard();
+    }
     if inner.is_poisoned() {
         return Ok(());
     }
     // Make writes that did not ask for fsync durable on a clean close.
-    let mut wal = inner.wal.lock();
     wal.writer.finish()?;
     flushed
 }

@@ -50,6 +50,7 @@ pub mod range_del;
 mod recovery;
 mod skiplist;
 mod snapshot;
+mod spare_log;
 mod stats;
 mod txn;
 mod version;

@@ -94,6 +94,13 @@ impl LogWriter {
         self.file.finish().at(&self.path)
     }
 
+    /// Makes every record durable; the log takes no more records, but may keep the zeros it
+    /// reserved past them (see [`crate::storage::WritableFile::seal`]). Used on the
+    /// write-ahead log at a memtable switch: it is deleted once its memtable is flushed.
+    pub fn seal(&mut self) -> Result<()> {
+        self.file.seal().at(&self.path)
+    }
+
     /// Bytes written, header included.
     pub fn len(&self) -> u64 {
         self.file.len()

@@ -12,9 +12,10 @@ use crate::db::{DbInner, State, Wal};
 use crate::error::IoContext;
 use crate::flush::build_table;
 use crate::key::{SeqNo, ValueKind};
-use crate::log::{LogTail, LogWriter, read_log};
+use crate::log::{LogTail, read_log};
 use crate::manifest::{ManifestWriter, parse_manifest_name, read_current};
 use crate::memtable::Memtable;
+use crate::spare_log::{SpareLog, create_wal};
 use crate::storage::Storage;
 use crate::table_cache::TableCache;
 use crate::version::{Cleaner, Version};
@@ -103,18 +104,25 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     let mut edit = VersionEdit::default();
     let first_wal = wals.first().copied().unwrap_or(0);
     let mut mem = Arc::new(Memtable::new(first_wal, opts.memtable_size));
-    let (mut torn, mut flushed_during_replay) = (false, false);
-    for (i, &no) in wals.iter().enumerate() {
+    let mut flushed_during_replay = false;
+    // The first log that ended torn, with where and why.
+    let mut torn: Option<(PathBuf, u64, String)> = None;
+    for &no in &wals {
         let path = wal_path(dir, no);
         let data = storage.read_all(&path).at(&path)?;
         let (records, tail) = read_log(&data, &path, WAL_MAGIC)?;
-        if let LogTail::Torn { offset, reason } = tail {
-            // Only the newest log can end in a torn write: older ones were synced before the
-            // next one was started.
-            if i + 1 != wals.len() {
-                return Err(Error::corruption(&path, offset, format!("damaged log record: {reason}")));
-            }
-            torn = true;
+        // Only the newest log that holds records can end in a torn write: older ones were
+        // synced before the next one was used. Logs after it may hold none (the spare made
+        // ahead of the next memtable switch, perhaps itself cut short while being made).
+        if let Some((torn_path, offset, reason)) = &torn
+            && !records.is_empty()
+        {
+            return Err(Error::corruption(torn_path, *offset, format!("damaged log record: {reason}")));
+        }
+        if let LogTail::Torn { offset, reason } = tail
+            && torn.is_none()
+        {
+            torn = Some((path.clone(), offset, reason));
         }
         // Point entries are inserted in key order, a memtable's worth at a time: a skiplist
         // filled in order touches only its recently inserted nodes, several times faster than
@@ -153,7 +161,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     // After a crash (a torn tail) or a replay larger than a memtable, write the tables now, so
     // that no log that ends torn is ever followed by a newer one and no record is replayed
     // into a table twice.
-    let keep_frozen = !mem.is_empty() && !torn && !flushed_during_replay;
+    let keep_frozen = !mem.is_empty() && torn.is_none() && !flushed_during_replay;
     if !mem.is_empty() && !keep_frozen {
         flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
     }
@@ -164,18 +172,15 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     //    and a new log beside them would make the newest of them look older than it is.
     let wal_no = next_file_no;
     let manifest_no = next_file_no + 1;
-    next_file_no += 2;
+    let spare_no = next_file_no + 2;
+    next_file_no += 3;
     let log_number = if keep_frozen { first_wal } else { wal_no };
     let mut first = version.snapshot_edit();
     first.log_number = Some(log_number);
     first.next_file_number = Some(next_file_no);
     first.last_seq = Some(last_seq);
     let manifest = ManifestWriter::create(&storage, dir, manifest_no, &first)?;
-    let wpath = wal_path(dir, wal_no);
-    let wfile = storage.create_log(&wpath).at(&wpath)?;
-    let mut writer = LogWriter::create(wfile, wpath, WAL_MAGIC)?;
-    writer.sync()?;
-    storage.sync_dir(dir).at(dir)?;
+    let writer = create_wal(&*storage, dir, wal_no)?;
 
     // 4. Delete what the new MANIFEST does not name.
     let live = version.all_file_numbers();
@@ -190,7 +195,9 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
         compaction: crate::compaction::Compacting::new(opts.num_levels),
         flushing: false,
     };
-    let wal = Wal { writer, slowdown_owed: std::time::Duration::ZERO };
+    // Made after the new MANIFEST, for the reason the new WAL is; numbered above it.
+    let spare = Some(SpareLog::start(&storage, dir, spare_no));
+    let wal = Wal { writer, slowdown_owed: std::time::Duration::ZERO, spare };
     Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock))
 }
 

@@ -10,8 +10,13 @@
 //! bytes, growing early if needed); the log reader takes such zeros after the last record as
 //! the end of the log.
 //!
-//! A filled segment is unmapped and its write-back started at once (`sync_file_range`), so a
-//! sync waits for little more than the last segment.
+//! The writer does not make the slow calls of moving from one segment to the next: two helper
+//! threads of the log's do (each seen to take milliseconds, and up
+//! to 0.1 s with a compaction keeping the disk busy, in traces of 10M-record loads). One
+//! reserves and maps the next segment (`fallocate`, `mmap`, and faulting its pages in) while
+//! the writer fills the current one. The other unmaps each filled segment and starts its
+//! write-back (`sync_file_range`), so that a sync waits for little more than the last
+//! segment. Without the threads (if they cannot be started) the writer does both itself.
 //!
 //! Besides the arena skiplist, this is cairn-kv's only `unsafe` code: `mmap`, `madvise`,
 //! `munmap`, `fallocate`, `sync_file_range` and copies into the mapped segments.
@@ -22,6 +27,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::ptr::NonNull;
+use std::sync::mpsc;
 
 use crate::storage::WritableFile;
 
@@ -31,9 +37,14 @@ const SEGMENT: usize = 4 << 20;
 /// One mapped segment of `SEGMENT` bytes.
 struct Segment(NonNull<u8>);
 
+// SAFETY: the mapping is owned by this value alone (no pointer to it escapes), so moving the
+// value to another thread (to map or unmap it there) moves sole access with it.
+unsafe impl Send for Segment {}
+
 impl Drop for Segment {
     fn drop(&mut self) {
-        // SAFETY: the pointer is a live mapping of `SEGMENT` bytes made by `map`, unmapped once.
+        // SAFETY: the pointer is a live mapping of `SEGMENT` bytes made by `map_segment`,
+        // unmapped once.
         unsafe { libc::munmap(self.0.as_ptr().cast(), SEGMENT) };
     }
 }
@@ -44,84 +55,221 @@ pub(crate) struct MappedLog {
     /// The mapped segment (its index and mapping). Filled segments are unmapped, so that their
     /// dirty pages are written back like a plain file's (no mapped pages to write-protect).
     current: Option<(usize, Segment)>,
-    /// File bytes reserved on disk (whole segments).
+    /// File bytes known reserved on disk (whole segments).
     reserved: u64,
     /// Bytes appended.
     len: u64,
-    /// Set by `finish`: the file was trimmed to `len`, and appends fail.
+    /// Set by `finish` (the file was trimmed to `len`) and `seal`: appends fail.
     finished: bool,
+    /// The next segment, asked of the preparing thread or ready.
+    ahead: Ahead,
+    /// The helper threads, started with the first segment; `None` if they could not be.
+    helpers: Option<Helpers>,
+    /// Whether to start them (tests turn them off to check the writer alone).
+    want_helpers: bool,
 }
 
-// SAFETY: the mapping is owned by this value alone (no pointer to it escapes), so moving the
-// value to another thread moves sole access with it.
-unsafe impl Send for MappedLog {}
+/// The segment after the current one.
+enum Ahead {
+    None,
+    /// Asked of the preparing thread, which answers on `Helpers::prepared`.
+    Asked(usize),
+    /// Reserved and mapped.
+    Ready(usize, Segment),
+}
+
+struct Helpers {
+    /// Segments to reserve (when `true`) and map, by index.
+    prepare: mpsc::Sender<(usize, bool)>,
+    preparing: std::thread::JoinHandle<()>,
+    prepared: mpsc::Receiver<io::Result<Segment>>,
+    /// Filled segments to unmap and write back, with their indexes.
+    retire: mpsc::Sender<(usize, Segment)>,
+}
+
+impl Helpers {
+    fn start(file: &File) -> io::Result<Helpers> {
+        let (prep_file, wb_file) = (file.try_clone()?, file.try_clone()?);
+        let (prepare, prepare_rx) = mpsc::channel::<(usize, bool)>();
+        let (prepared_tx, prepared) = mpsc::channel();
+        let preparing = std::thread::Builder::new().name("cairn-wal-map".into()).spawn(move || {
+            for (index, reserve) in prepare_rx {
+                if prepared_tx.send(prepare_segment(&prep_file, index, !reserve, true)).is_err() {
+                    return;
+                }
+            }
+        })?;
+        let (retire, retire_rx) = mpsc::channel::<(usize, Segment)>();
+        std::thread::Builder::new().name("cairn-wal-wb".into()).spawn(move || {
+            for (index, segment) in retire_rx {
+                retire_segment(&wb_file, index, segment);
+            }
+        })?;
+        Ok(Helpers { prepare, preparing, prepared, retire })
+    }
+
+    /// Stops the threads, waiting for the preparing one: once this returns no reservation is
+    /// under way that could grow the file again after it is trimmed.
+    fn stop(self) {
+        let Helpers { prepare, preparing, prepared, retire } = self;
+        drop((prepare, retire));
+        let _ = preparing.join();
+        drop(prepared);
+    }
+}
+
+/// Reserves segment `index` of `file` on disk (unless `reserved` already) and maps it,
+/// faulting its pages in with `populate`.
+fn prepare_segment(file: &File, index: usize, reserved: bool, populate: bool) -> io::Result<Segment> {
+    let offset = index as u64 * SEGMENT as u64;
+    let off = libc::off_t::try_from(offset).map_err(|_| io::Error::other("log too large"))?;
+    // SAFETY: a plain system call on an open descriptor.
+    if !reserved && unsafe { libc::fallocate(file.as_raw_fd(), 0, off, SEGMENT as libc::off_t) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a plain system call on an open descriptor; the result is checked before use.
+    let ptr = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            SEGMENT,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            file.as_raw_fd(),
+            off,
+        )
+    };
+    if ptr == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
+    if populate {
+        // Fault the segment's pages in writable now, once, rather than one page fault (and
+        // file-system block mapping) per 4 KiB of commits. Best effort: on kernels without it
+        // the pages fault in as they are written.
+        // SAFETY: advice on the mapping just made, which nothing else uses yet.
+        let _ = unsafe { libc::madvise(ptr.as_ptr().cast(), SEGMENT, libc::MADV_POPULATE_WRITE) };
+    }
+    Ok(Segment(ptr))
+}
+
+/// Unmaps filled segment `index` and starts its write-back. Unmapped first: write-back of
+/// mapped pages write-protects them, one TLB shootdown across every core running the process
+/// per page. Best effort: a write-back error shows again at the next sync.
+fn retire_segment(file: &File, index: usize, segment: Segment) {
+    drop(segment);
+    let Ok(off) = libc::off64_t::try_from(index as u64 * SEGMENT as u64) else { return };
+    // SAFETY: a plain system call on an open descriptor; it only starts write-back.
+    let _ =
+        unsafe { libc::sync_file_range(file.as_raw_fd(), off, SEGMENT as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE) };
+}
 
 impl MappedLog {
     /// Creates (or truncates) `path` and reserves its first segment. Fails on file systems
     /// without `fallocate` (the caller then falls back to a buffered file).
     pub fn create(path: &Path) -> io::Result<MappedLog> {
+        Self::create_with(path, true)
+    }
+
+    fn create_with(path: &Path, want_helpers: bool) -> io::Result<MappedLog> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
-        let mut log = MappedLog { file, current: None, reserved: 0, len: 0, finished: false };
-        log.reserve()?;
+        let mut log = MappedLog {
+            file,
+            current: None,
+            reserved: 0,
+            len: 0,
+            finished: false,
+            ahead: Ahead::None,
+            helpers: None,
+            want_helpers,
+        };
+        log.reserve_through(1)?;
         Ok(log)
     }
 
-    /// Reserves the next segment on disk (the file grows by `SEGMENT` zero bytes).
-    fn reserve(&mut self) -> io::Result<()> {
+    /// Makes sure the file's first `segments` segments are reserved on disk, waiting for the
+    /// preparing thread if it is reserving the last of them.
+    fn reserve_through(&mut self, segments: usize) -> io::Result<()> {
+        let want = segments as u64 * SEGMENT as u64;
+        if self.reserved >= want {
+            return Ok(());
+        }
+        if matches!(self.ahead, Ahead::Asked(i) if i + 1 == segments) {
+            self.wait_ahead()?;
+            if self.reserved >= want {
+                return Ok(());
+            }
+        }
         let off = libc::off_t::try_from(self.reserved).map_err(|_| io::Error::other("log too large"))?;
+        let len = libc::off_t::try_from(want - self.reserved).map_err(|_| io::Error::other("log too large"))?;
         // SAFETY: a plain system call on an open descriptor.
-        if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, SEGMENT as libc::off_t) } != 0 {
+        if unsafe { libc::fallocate(self.file.as_raw_fd(), 0, off, len) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        self.reserved += SEGMENT as u64;
+        self.reserved = want;
         Ok(())
     }
 
-    /// Maps reserved segment `index` in place of the current one.
-    fn map(&mut self, index: usize) -> io::Result<()> {
-        let filled = self.current.take().map(|(index, segment)| {
-            // Unmapped before its write-back starts: write-back of mapped pages write-protects
-            // them, one TLB shootdown across every core running the process per page.
-            drop(segment);
-            index
-        });
-        if let Some(filled) = filled {
-            // The filled segment, unmapped, will not change again: start writing it back now,
-            // so that the `fdatasync` at the next sync or memtable switch waits for the last
-            // segment only, not for a whole memtable's log (tens of milliseconds with the
-            // writer, and every writer queued behind it, stalled). Best effort: an error here
-            // shows again at that sync.
-            let off = (filled as u64 * SEGMENT as u64) as libc::off64_t;
-            // SAFETY: a plain system call on an open descriptor; it only starts write-back.
-            let _ = unsafe {
-                libc::sync_file_range(self.file.as_raw_fd(), off, SEGMENT as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE)
-            };
-        }
-        let offset = index as u64 * SEGMENT as u64;
-        debug_assert!(offset + SEGMENT as u64 <= self.reserved);
-        let off = libc::off_t::try_from(offset).map_err(|_| io::Error::other("log too large"))?;
-        // SAFETY: a plain system call on an open descriptor; the result is checked before use.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                SEGMENT,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                self.file.as_raw_fd(),
-                off,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let ptr = NonNull::new(ptr.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))?;
-        // Fault the segment's pages in writable now, once, rather than one page fault (and
-        // file-system block mapping) per 4 KiB of commits. Best effort: on kernels without it
-        // the pages fault in as they are written.
-        // SAFETY: advice on the mapping just made, which this value owns.
-        let _ = unsafe { libc::madvise(ptr.as_ptr().cast(), SEGMENT, libc::MADV_POPULATE_WRITE) };
-        self.current = Some((index, Segment(ptr)));
+    /// Waits for the segment asked of the preparing thread; it is then `Ready` (and reserved).
+    fn wait_ahead(&mut self) -> io::Result<()> {
+        let Ahead::Asked(index) = self.ahead else { return Ok(()) };
+        self.ahead = Ahead::None;
+        let Some(h) = &self.helpers else { return Ok(()) };
+        let segment = h.prepared.recv().map_err(|_| io::Error::other("log segment thread stopped"))??;
+        self.reserved = self.reserved.max((index as u64 + 1) * SEGMENT as u64);
+        self.ahead = Ahead::Ready(index, segment);
         Ok(())
+    }
+
+    /// Maps segment `index` (reserved) in place of the current one, and asks for the next.
+    fn map(&mut self, index: usize) -> io::Result<()> {
+        if let Some((filled, segment)) = self.current.take() {
+            // The filled segment will not change again: unmap it and start writing it back
+            // now, so that the `fdatasync` at the next sync or memtable switch waits for the
+            // last segment only, not for a whole memtable's log.
+            match &self.helpers {
+                Some(h) => {
+                    if let Err(mpsc::SendError((filled, segment))) = h.retire.send((filled, segment)) {
+                        retire_segment(&self.file, filled, segment);
+                    }
+                }
+                None => retire_segment(&self.file, filled, segment),
+            }
+        }
+        if self.helpers.is_none() && self.want_helpers {
+            self.helpers = Helpers::start(&self.file).ok();
+        }
+        if matches!(self.ahead, Ahead::Asked(i) if i == index) {
+            self.wait_ahead()?;
+        }
+        let segment = match std::mem::replace(&mut self.ahead, Ahead::None) {
+            Ahead::Ready(i, segment) if i == index => segment,
+            _ => {
+                debug_assert!((index as u64 + 1) * SEGMENT as u64 <= self.reserved);
+                // The first segment, mapped as the header is written, is not faulted in
+                // ahead: a new log's header is synced at once, which would write the whole
+                // segment's zeroed pages to disk.
+                prepare_segment(&self.file, index, true, index > 0)?
+            }
+        };
+        self.current = Some((index, segment));
+        Ok(())
+    }
+
+    /// Asks the preparing thread for the segment after the current one, once the current one
+    /// is half full (and not before: a log that is made ahead of its use, with its header
+    /// only, should not hold a second segment of dirty zero pages).
+    fn ask_ahead(&mut self) {
+        let Some((index, _)) = &self.current else { return };
+        if !matches!(self.ahead, Ahead::None) || self.len % (SEGMENT as u64) < SEGMENT as u64 / 2 {
+            return;
+        }
+        let next = index + 1;
+        if let Some(h) = &self.helpers {
+            let reserve = self.reserved < (next as u64 + 1) * SEGMENT as u64;
+            if h.prepare.send((next, reserve)).is_ok() {
+                self.ahead = Ahead::Asked(next);
+            }
+        }
     }
 }
 
@@ -134,9 +282,7 @@ impl WritableFile for MappedLog {
             let index = (self.len / SEGMENT as u64) as usize;
             let at = (self.len % SEGMENT as u64) as usize;
             if self.current.as_ref().is_none_or(|(i, _)| *i != index) {
-                if self.len + 1 > self.reserved {
-                    self.reserve()?;
-                }
+                self.reserve_through(index + 1)?;
                 self.map(index)?;
             }
             let Some((_, seg)) = &self.current else { return Err(io::Error::other("log segment not mapped")) };
@@ -147,10 +293,11 @@ impl WritableFile for MappedLog {
             self.len += n as u64;
             data = &data[n..];
         }
+        self.ask_ahead();
         // The log reader needs a full record header of zeros to tell reserved space from a
         // truncated record.
         if self.reserved - self.len < crate::log::LOG_RECORD_HEADER_LEN as u64 {
-            self.reserve()?;
+            self.reserve_through((self.reserved / SEGMENT as u64) as usize + 1)?;
         }
         Ok(())
     }
@@ -169,12 +316,20 @@ impl WritableFile for MappedLog {
     }
 
     fn finish(&mut self) -> io::Result<()> {
-        // Unmapped first, the pages are written back without write-protecting mapped ones.
-        self.current = None;
-        self.finished = true;
-        self.file.sync_data()?;
+        self.seal()?;
         self.file.set_len(self.len)?;
         self.file.sync_all()
+    }
+
+    fn seal(&mut self) -> io::Result<()> {
+        // Unmapped first, the pages are written back without write-protecting mapped ones.
+        self.current = None;
+        self.ahead = Ahead::None;
+        if let Some(h) = self.helpers.take() {
+            h.stop();
+        }
+        self.finished = true;
+        self.file.sync_data()
     }
 }
 
@@ -186,31 +341,73 @@ mod tests {
     const MAGIC: [u8; 8] = *b"TESTLOG!";
 
     /// Records across several segments read back whole, ending clean in the reserved zeros,
-    /// without a sync (as after a process crash: the bytes are in the page cache).
+    /// without a sync (as after a process crash: the bytes are in the page cache); with and
+    /// without the helper threads.
     #[test]
     fn records_across_segments_read_back() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("000001.log");
-        let mut w = LogWriter::create(Box::new(MappedLog::create(&path).unwrap()), path.clone(), MAGIC).unwrap();
-        let recs: Vec<Vec<u8>> = (0..40u32).map(|i| vec![i as u8; 1 + (i as usize * 331_133) % 700_000]).collect();
-        for r in &recs {
-            w.add_record(r).unwrap();
-            w.flush().unwrap();
+        for helpers in [true, false] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("000001.log");
+            let log = MappedLog::create_with(&path, helpers).unwrap();
+            let mut w = LogWriter::create(Box::new(log), path.clone(), MAGIC).unwrap();
+            let recs: Vec<Vec<u8>> = (0..40u32).map(|i| vec![i as u8; 1 + (i as usize * 331_133) % 700_000]).collect();
+            for r in &recs {
+                w.add_record(r).unwrap();
+                w.flush().unwrap();
+            }
+            let written = w.len();
+            assert!(written > 3 * SEGMENT as u64);
+            let data = std::fs::read(&path).unwrap();
+            assert_eq!(data.len() % SEGMENT, 0);
+            assert!(data.len() as u64 >= written + 8);
+            let (got, tail) = read_log(&data, &path, MAGIC).unwrap();
+            assert_eq!(tail, LogTail::Clean);
+            assert_eq!(got.into_iter().map(|(_, p)| p).collect::<Vec<_>>(), recs);
+            w.finish().unwrap();
+            assert!(w.add_record(b"late").is_err());
+            drop(w);
+            // Trimmed exactly, even if the next segment was being reserved ahead.
+            let data = std::fs::read(&path).unwrap();
+            assert_eq!(data.len() as u64, written);
+            let (got, tail) = read_log(&data, &path, MAGIC).unwrap();
+            assert_eq!((got.len(), tail), (recs.len(), LogTail::Clean));
         }
-        let written = w.len();
-        assert!(written > 3 * SEGMENT as u64);
-        let data = std::fs::read(&path).unwrap();
-        assert_eq!(data.len() % SEGMENT, 0);
-        assert!(data.len() as u64 >= written + 8);
-        let (got, tail) = read_log(&data, &path, MAGIC).unwrap();
-        assert_eq!(tail, LogTail::Clean);
-        assert_eq!(got.into_iter().map(|(_, p)| p).collect::<Vec<_>>(), recs);
-        w.finish().unwrap();
-        assert!(w.add_record(b"late").is_err());
-        drop(w);
-        let data = std::fs::read(&path).unwrap();
-        assert_eq!(data.len() as u64, written);
-        let (got, tail) = read_log(&data, &path, MAGIC).unwrap();
-        assert_eq!((got.len(), tail), (recs.len(), LogTail::Clean));
+    }
+
+    /// Records ending at and around every segment boundary (within a record header of it)
+    /// leave the zeros the reader needs; a sealed log keeps its reserved zeros and reads back
+    /// whole; with and without the helper threads.
+    #[test]
+    fn records_ending_near_segment_boundaries_and_sealed_logs_read_back() {
+        for helpers in [true, false] {
+            for slack in 0..=9u64 {
+                let dir = tempfile::tempdir().unwrap();
+                let path = dir.path().join("000002.log");
+                let log = MappedLog::create_with(&path, helpers).unwrap();
+                let mut w = LogWriter::create(Box::new(log), path.clone(), MAGIC).unwrap();
+                let mut recs = Vec::new();
+                for seg in 1..=3u64 {
+                    // One record that ends `slack` bytes before the end of segment `seg`.
+                    let end = seg * SEGMENT as u64 - slack;
+                    let payload = (end - w.len() - crate::log::LOG_RECORD_HEADER_LEN as u64) as usize;
+                    let r = vec![seg as u8; payload];
+                    w.add_record(&r).unwrap();
+                    assert_eq!(w.len(), end);
+                    recs.push(r);
+                    let data = std::fs::read(&path).unwrap();
+                    assert!(data.len() as u64 >= end + 8, "slack {slack}: too few zeros after the last record");
+                    let (got, tail) = read_log(&data, &path, MAGIC).unwrap();
+                    assert_eq!((got.len(), tail), (recs.len(), LogTail::Clean), "slack {slack}");
+                }
+                w.seal().unwrap();
+                assert!(w.add_record(b"late").is_err());
+                drop(w);
+                let data = std::fs::read(&path).unwrap();
+                assert_eq!(data.len() % SEGMENT, 0);
+                let (got, tail) = read_log(&data, &path, MAGIC).unwrap();
+                assert_eq!(tail, LogTail::Clean);
+                assert_eq!(got.into_iter().map(|(_, p)| p).collect::<Vec<_>>(), recs);
+            }
+        }
     }
 }

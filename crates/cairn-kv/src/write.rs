@@ -8,11 +8,10 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{BatchOp, WriteBatch, group_parts};
 use crate::db::{DbInner, SuperVersion, Wal};
-use crate::error::IoContext;
 use crate::key::ValueKind;
 use crate::log::LogWriter;
 use crate::memtable::Memtable;
-use crate::recovery::{WAL_MAGIC, wal_path};
+use crate::spare_log::{SpareLog, create_wal};
 use crate::stats::Stall;
 use crate::write_queue::{Slot, Validation, WriteRequest};
 use crate::{Error, Result};
@@ -206,23 +205,28 @@ fn slowdown_rate(rate: u64, l0: usize, slowdown: usize, stop: usize) -> u64 {
 /// Freezes the current memtable and starts a new one with a new WAL. With `force`, switches
 /// even when the memtable is small (but never when it is empty).
 pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) -> Result<()> {
-    let mut st = inner.state.lock();
-    if st.mem.is_empty() || (!force && st.mem.approximate_bytes() < inner.opts.memtable_size) {
-        return Ok(());
+    {
+        let st = inner.state.lock();
+        if st.mem.is_empty() || (!force && st.mem.approximate_bytes() < inner.opts.memtable_size) {
+            return Ok(());
+        }
     }
-    let number = st.alloc_file_no();
-    let path = wal_path(&inner.dir, number);
-    let res = (|| -> Result<LogWriter> {
+    // The memtable cannot change meanwhile (the caller holds the WAL, so no write runs), and
+    // background work need not wait for the sync below: the state is locked again after it.
+    let res = (|| -> Result<(u64, LogWriter)> {
         // Everything in the old log must be durable before later writes land in the new one,
-        // so that recovery never sees a later write without an earlier one.
-        wal.writer.finish()?;
-        let file = inner.storage.create_log(&path).at(&path)?;
-        let mut w = LogWriter::create(file, path.clone(), WAL_MAGIC)?;
-        w.sync()?;
-        inner.storage.sync_dir(&inner.dir).at(&inner.dir)?;
-        Ok(w)
+        // so that recovery never sees a later write without an earlier one. (It keeps the
+        // zeros it reserved: it is deleted once its memtable is flushed.)
+        wal.writer.seal()?;
+        match wal.spare.take() {
+            Some(spare) => spare.take(),
+            None => {
+                let number = inner.state.lock().alloc_file_no();
+                Ok((number, create_wal(&*inner.storage, &inner.dir, number)?))
+            }
+        }
     })();
-    let writer = match res {
+    let (number, writer) = match res {
         Ok(w) => w,
         Err(e) => {
             inner.poison(format!("could not start a new write-ahead log: {e}"));
@@ -230,6 +234,10 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
         }
     };
     wal.writer = writer;
+    let mut st = inner.state.lock();
+    // The next log is numbered above this one (and every table numbered so far, which does
+    // not matter: only logs are ordered by number).
+    wal.spare = Some(SpareLog::start(&inner.storage, &inner.dir, st.alloc_file_no()));
     let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number, inner.opts.memtable_size)));
     st.imms.push_back(old);
     inner.install_super_version(&st);

@@ -7,6 +7,7 @@ mod crash;
 mod iter;
 mod model;
 mod txn;
+mod wal;
 
 use std::sync::Arc;
 
