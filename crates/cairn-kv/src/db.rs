@@ -447,6 +447,18 @@ impl Db {
         if req.batch.is_empty() && req.validation.is_none() {
             return Ok(());
         }
+        if inner.queue.busy() {
+            // Another writer is leading a group, so this one will wait for it: meanwhile,
+            // walk the memtable to where its keys go, and the leader that inserts them (this
+            // writer, usually: it leads the next group) finds those nodes in cache instead of
+            // missing on each, with every writer queued behind it waiting.
+            let mem = inner.sv.load().mem.clone();
+            for op in req.batch.iter() {
+                if let crate::batch::BatchOp::Put(k, _) | crate::batch::BatchOp::Delete(k) = op {
+                    mem.warm(k);
+                }
+            }
+        }
         inner.queue.write(req, |group| crate::write::lead_group(inner, group), |why| inner.poison(why))
     }
 

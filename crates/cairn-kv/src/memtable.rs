@@ -90,6 +90,12 @@ impl Memtable {
         self.list.insert(user_key, key::pack_trailer(seq, kind as u8), value);
     }
 
+    /// Brings the nodes an insert of `user_key` will visit into cache (see
+    /// [`SkipList::warm`]).
+    pub(crate) fn warm(&self, user_key: &[u8]) {
+        self.list.warm(user_key);
+    }
+
     /// Records a range tombstone.
     pub(crate) fn insert_range_delete(&self, start: &[u8], end: &[u8], seq: SeqNo) {
         self.note_bytes(start.len() + end.len());

@@ -345,6 +345,12 @@ impl SkipList {
         (n.user_key() == user_key).then(|| (n.trailer, n.value()))
     }
 
+    /// Walks the search path of `user_key` (newest version first) without inserting, so that
+    /// an insert of it soon after, on any thread, finds the nodes in a shared cache.
+    pub fn warm(&self, user_key: &[u8]) {
+        std::hint::black_box(self.seek_ge(user_key, u64::MAX));
+    }
+
     /// Every entry in order as (internal key, value).
     pub fn entries(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
         std::iter::successors(self.head().next(0), |n| n.next(0)).map(|n| (n.key(), n.value()))

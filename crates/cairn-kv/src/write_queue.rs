@@ -92,6 +92,8 @@ struct Queue {
 #[derive(Default)]
 pub(crate) struct WriteQueue {
     q: Mutex<Queue>,
+    /// `Queue::leader_active`, readable without the lock (a hint: it may change right after).
+    busy: AtomicBool,
 }
 
 /// Largest group a leader assembles, in encoded bytes (a single larger batch still goes alone).
@@ -101,6 +103,12 @@ const MAX_GROUP_BYTES: usize = 8 << 20;
 const SPIN: Duration = Duration::from_micros(20);
 
 impl WriteQueue {
+    /// Whether a leader is processing a group (so that a write queued now would wait). A hint
+    /// for callers that have something useful to do first; it may change at any moment.
+    pub fn busy(&self) -> bool {
+        self.busy.load(Ordering::Relaxed)
+    }
+
     /// Queues `req` and returns once it was applied (or failed). `lead` processes a group and
     /// must call [`Slot::finish`] on every slot it was given. If `lead` panics, every member of
     /// the group fails, `on_panic` is told (it poisons the engine), and the queue stays usable.
@@ -109,11 +117,13 @@ impl WriteQueue {
         if !q.leader_active && q.waiting.is_empty() {
             // Nobody else is writing: lead a group of one, with no queue entry to allocate.
             q.leader_active = true;
+            self.busy.store(true, Ordering::Relaxed);
             drop(q);
             let slot = Slot::new(req);
             Self::run_group(&[&slot], &lead, &on_panic);
             let mut q = self.q.lock();
             q.leader_active = false;
+            self.busy.store(false, Ordering::Relaxed);
             if let Some(next) = q.waiting.front() {
                 next.signal();
             }
@@ -130,6 +140,7 @@ impl WriteQueue {
             // that is already running need not wait for it to be scheduled).
             if !q.leader_active {
                 q.leader_active = true;
+                self.busy.store(true, Ordering::Relaxed);
                 let mut group = Vec::new();
                 let mut bytes = 0;
                 while let Some(s) = q.waiting.front() {
@@ -145,6 +156,7 @@ impl WriteQueue {
                 Self::run_group(&members, &lead, &on_panic);
                 q = self.q.lock();
                 q.leader_active = false;
+                self.busy.store(false, Ordering::Relaxed);
                 for s in group.iter().chain(q.waiting.front()) {
                     s.signal();
                 }
@@ -226,6 +238,43 @@ mod tests {
             }
         });
         assert_eq!(done.load(Ordering::Relaxed), 40_000);
+    }
+
+    /// `busy` is set while a leader processes a group, on both paths to leading, and cleared
+    /// after.
+    #[test]
+    fn busy_while_a_group_is_processed() {
+        let q = WriteQueue::default();
+        assert!(!q.busy());
+        q.write(
+            req(),
+            |g| {
+                assert!(q.busy());
+                g.iter().for_each(|s| s.finish(Ok(())));
+            },
+            |_| {},
+        )
+        .unwrap();
+        assert!(!q.busy());
+        // Many writers: leaders also come from the queue; every one of them sees `busy`.
+        let idle_leaders = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..500 {
+                        let lead = |g: &[&Slot]| {
+                            if !q.busy() {
+                                idle_leaders.fetch_add(1, Ordering::Relaxed);
+                            }
+                            g.iter().for_each(|s| s.finish(Ok(())));
+                        };
+                        q.write(req(), lead, |_| {}).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(idle_leaders.load(Ordering::Relaxed), 0);
+        assert!(!q.busy());
     }
 
     #[test]
