@@ -255,6 +255,27 @@ impl MappedLog {
         Ok(())
     }
 
+    /// Gives the reserved space past the records (from the next 4 KiB boundary) back to the
+    /// file system. Its pages were faulted in as zeros, writable, so they are dirty: a sync
+    /// would write up to two segments of zeros (the rest of the current one and the one
+    /// prepared ahead), tens of milliseconds seen at memtable switches. The hole still reads
+    /// as zeros, which end the log. Best effort: without hole punching the sync writes them.
+    fn drop_reserved_pages(&self) {
+        // The file's size, not `reserved`: the preparing thread may have reserved a segment
+        // the writer never took.
+        let Ok(size) = self.file.metadata().map(|m| m.len()) else { return };
+        let from = self.len.next_multiple_of(4096);
+        if from >= size {
+            return;
+        }
+        let (Ok(off), Ok(len)) = (libc::off_t::try_from(from), libc::off_t::try_from(size - from)) else {
+            return;
+        };
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: a plain system call on an open descriptor; the range holds no record.
+        let _ = unsafe { libc::fallocate(self.file.as_raw_fd(), mode, off, len) };
+    }
+
     /// Asks the preparing thread for the segment after the current one, once the current one
     /// is half full (and not before: a log that is made ahead of its use, with its header
     /// only, should not hold a second segment of dirty zero pages).
@@ -329,6 +350,7 @@ impl WritableFile for MappedLog {
             h.stop();
         }
         self.finished = true;
+        self.drop_reserved_pages();
         self.file.sync_data()
     }
 }
@@ -374,6 +396,23 @@ mod tests {
         }
     }
 
+    /// Whether the file system under `dir` punches holes in files.
+    fn punches_holes(dir: &Path) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let path = dir.join("probe");
+        let f = File::create(&path).unwrap();
+        f.set_len(0).unwrap();
+        std::fs::write(&path, vec![1u8; 1 << 20]).unwrap();
+        let f = OpenOptions::new().write(true).open(&path).unwrap();
+        let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        // SAFETY: a plain system call on an open descriptor.
+        let ok = unsafe { libc::fallocate(f.as_raw_fd(), mode, 0, 1 << 20) } == 0;
+        f.sync_all().unwrap();
+        let punched = ok && std::fs::metadata(&path).unwrap().blocks() * 512 < 1 << 20;
+        std::fs::remove_file(&path).unwrap();
+        punched
+    }
+
     /// Records ending at and around every segment boundary (within a record header of it)
     /// leave the zeros the reader needs; a sealed log keeps its reserved zeros and reads back
     /// whole; with and without the helper threads.
@@ -399,9 +438,17 @@ mod tests {
                     let (got, tail) = read_log(&data, &path, MAGIC).unwrap();
                     assert_eq!((got.len(), tail), (recs.len(), LogTail::Clean), "slack {slack}");
                 }
+                let written = w.len();
                 w.seal().unwrap();
                 assert!(w.add_record(b"late").is_err());
                 drop(w);
+                // The reserved space past the records went back to the file system (where
+                // it can punch holes), so the sync wrote no zeros for it.
+                if punches_holes(dir.path()) {
+                    use std::os::unix::fs::MetadataExt;
+                    let allocated = std::fs::metadata(&path).unwrap().blocks() * 512;
+                    assert!(allocated <= written.next_multiple_of(4096) + (64 << 10), "{allocated} bytes allocated");
+                }
                 let data = std::fs::read(&path).unwrap();
                 assert_eq!(data.len() % SEGMENT, 0);
                 let (got, tail) = read_log(&data, &path, MAGIC).unwrap();
