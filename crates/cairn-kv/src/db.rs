@@ -349,11 +349,16 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
         let _ = t.join();
     }
     let mut wal = inner.wal.lock();
-    if let Some(spare) = wal.spare.take() {
-        spare.discard();
-    }
+    let spare = wal.spare.take();
     if inner.is_poisoned() {
+        // Touch no file: the storage may be failing, or already in other hands (a crash
+        // test reopens it while this handle is still alive). A leftover spare is replayed as
+        // an empty log. Dropping it waits for its thread.
+        drop(spare);
         return Ok(());
+    }
+    if let Some(spare) = spare {
+        spare.discard();
     }
     // Make writes that did not ask for fsync durable on a clean close.
     wal.writer.finish()?;
