@@ -457,10 +457,10 @@ impl Db {
             // walk the memtable to where its keys go, and the leader that inserts them (this
             // writer, usually: it leads the next group) finds those nodes in cache instead of
             // missing on each, with every writer queued behind it waiting.
-            let mem = inner.sv.load().mem.clone();
+            let sv = inner.sv.load();
             for op in req.batch.iter() {
                 if let crate::batch::BatchOp::Put(k, _) | crate::batch::BatchOp::Delete(k) = op {
-                    mem.warm(k);
+                    sv.mem.warm(k);
                 }
             }
         }

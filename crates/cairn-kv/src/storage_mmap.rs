@@ -94,7 +94,7 @@ impl Helpers {
         let (prepared_tx, prepared) = mpsc::channel();
         let preparing = std::thread::Builder::new().name("cairn-wal-map".into()).spawn(move || {
             for (index, reserve) in prepare_rx {
-                if prepared_tx.send(prepare_segment(&prep_file, index, !reserve, true)).is_err() {
+                if prepared_tx.send(prepare_segment(&prep_file, index, reserve, true)).is_err() {
                     return;
                 }
             }
@@ -118,13 +118,13 @@ impl Helpers {
     }
 }
 
-/// Reserves segment `index` of `file` on disk (unless `reserved` already) and maps it,
-/// faulting its pages in with `populate`.
-fn prepare_segment(file: &File, index: usize, reserved: bool, populate: bool) -> io::Result<Segment> {
+/// Maps segment `index` of `file`, first reserving it on disk with `reserve`, and faulting
+/// its pages in with `populate`.
+fn prepare_segment(file: &File, index: usize, reserve: bool, populate: bool) -> io::Result<Segment> {
     let offset = index as u64 * SEGMENT as u64;
     let off = libc::off_t::try_from(offset).map_err(|_| io::Error::other("log too large"))?;
     // SAFETY: a plain system call on an open descriptor.
-    if !reserved && unsafe { libc::fallocate(file.as_raw_fd(), 0, off, SEGMENT as libc::off_t) } != 0 {
+    if reserve && unsafe { libc::fallocate(file.as_raw_fd(), 0, off, SEGMENT as libc::off_t) } != 0 {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: a plain system call on an open descriptor; the result is checked before use.
@@ -248,7 +248,7 @@ impl MappedLog {
                 // The first segment, mapped as the header is written, is not faulted in
                 // ahead: a new log's header is synced at once, which would write the whole
                 // segment's zeroed pages to disk.
-                prepare_segment(&self.file, index, true, index > 0)?
+                prepare_segment(&self.file, index, false, index > 0)?
             }
         };
         self.current = Some((index, segment));

@@ -85,15 +85,15 @@ impl Slot {
 #[derive(Default)]
 struct Queue {
     waiting: VecDeque<Arc<Slot>>,
-    leader_active: bool,
 }
 
 /// The queue of writers.
 #[derive(Default)]
 pub(crate) struct WriteQueue {
     q: Mutex<Queue>,
-    /// `Queue::leader_active`, readable without the lock (a hint: it may change right after).
-    busy: AtomicBool,
+    /// Whether a leader is processing a group. Changed only with `q` locked, and read there
+    /// for decisions; read without the lock only as a hint ([`WriteQueue::busy`]).
+    leader_active: AtomicBool,
 }
 
 /// Largest group a leader assembles, in encoded bytes (a single larger batch still goes alone).
@@ -106,7 +106,7 @@ impl WriteQueue {
     /// Whether a leader is processing a group (so that a write queued now would wait). A hint
     /// for callers that have something useful to do first; it may change at any moment.
     pub fn busy(&self) -> bool {
-        self.busy.load(Ordering::Relaxed)
+        self.leader_active.load(Ordering::Relaxed)
     }
 
     /// Queues `req` and returns once it was applied (or failed). `lead` processes a group and
@@ -114,16 +114,14 @@ impl WriteQueue {
     /// the group fails, `on_panic` is told (it poisons the engine), and the queue stays usable.
     pub fn write(&self, req: WriteRequest, lead: impl Fn(&[&Slot]), on_panic: impl Fn(String)) -> Result<()> {
         let mut q = self.q.lock();
-        if !q.leader_active && q.waiting.is_empty() {
+        if !self.leader_active.load(Ordering::Relaxed) && q.waiting.is_empty() {
             // Nobody else is writing: lead a group of one, with no queue entry to allocate.
-            q.leader_active = true;
-            self.busy.store(true, Ordering::Relaxed);
+            self.leader_active.store(true, Ordering::Relaxed);
             drop(q);
             let slot = Slot::new(req);
             Self::run_group(&[&slot], &lead, &on_panic);
-            let mut q = self.q.lock();
-            q.leader_active = false;
-            self.busy.store(false, Ordering::Relaxed);
+            let q = self.q.lock();
+            self.leader_active.store(false, Ordering::Relaxed);
             if let Some(next) = q.waiting.front() {
                 next.signal();
             }
@@ -138,9 +136,8 @@ impl WriteQueue {
             }
             // Whoever finds no leader leads (the queue's front is woken for that, but a writer
             // that is already running need not wait for it to be scheduled).
-            if !q.leader_active {
-                q.leader_active = true;
-                self.busy.store(true, Ordering::Relaxed);
+            if !self.leader_active.load(Ordering::Relaxed) {
+                self.leader_active.store(true, Ordering::Relaxed);
                 let mut group = Vec::new();
                 let mut bytes = 0;
                 while let Some(s) = q.waiting.front() {
@@ -155,8 +152,7 @@ impl WriteQueue {
                 let members: Vec<&Slot> = group.iter().map(|s| &**s).collect();
                 Self::run_group(&members, &lead, &on_panic);
                 q = self.q.lock();
-                q.leader_active = false;
-                self.busy.store(false, Ordering::Relaxed);
+                self.leader_active.store(false, Ordering::Relaxed);
                 for s in group.iter().chain(q.waiting.front()) {
                     s.signal();
                 }

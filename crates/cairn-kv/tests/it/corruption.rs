@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 
 use cairn_kv::{Db, Error, Options};
 
+use crate::copy_dir;
+
 fn build(dir: &Path) {
     let db = Db::open(dir, Options { compression: cairn_kv::Compression::None, ..Options::small_for_tests() }).unwrap();
     for i in 0..2000u32 {
@@ -107,13 +109,7 @@ fn damaged_log_before_the_last_is_corruption_but_a_torn_tail_is_not() {
         std::mem::forget(db);
     }
     // Same-process reopen needs the lock released: copy the directory instead.
-    let copy = tempfile::tempdir().unwrap();
-    for f in fs::read_dir(dir.path()).unwrap() {
-        let f = f.unwrap();
-        if f.file_name() != "LOCK" {
-            fs::copy(f.path(), copy.path().join(f.file_name())).unwrap();
-        }
-    }
+    let copy = copy_dir(dir.path());
     let log = files(copy.path(), ".log").into_iter().next().unwrap();
     // Torn tail: cut the last record in half. Everything before it must come back. (A log
     // that was not finished still has the zeros it reserved after its records; they go too.)
@@ -125,13 +121,7 @@ fn damaged_log_before_the_last_is_corruption_but_a_torn_tail_is_not() {
         assert_eq!(db.iter().count(), 99);
     }
     // A damaged older log (a newer one exists) is real corruption.
-    let copy2 = tempfile::tempdir().unwrap();
-    for f in fs::read_dir(dir.path()).unwrap() {
-        let f = f.unwrap();
-        if f.file_name() != "LOCK" {
-            fs::copy(f.path(), copy2.path().join(f.file_name())).unwrap();
-        }
-    }
+    let copy2 = copy_dir(dir.path());
     let log = files(copy2.path(), ".log").into_iter().next().unwrap();
     let name = log.file_name().unwrap().to_string_lossy().to_string();
     let no: u64 = name.trim_end_matches(".log").parse().unwrap();

@@ -31,3 +31,16 @@ pub fn keys(it: impl Iterator<Item = cairn_kv::Result<cairn_kv::KvPair>>) -> Vec
 }
 
 pub use cairn_kv::testing::noise;
+
+/// A copy of a database directory on the real file system, without its `LOCK` (so that the
+/// copy opens in the same process while the original is held, or was never closed).
+pub fn copy_dir(from: &std::path::Path) -> tempfile::TempDir {
+    let to = tempfile::tempdir().unwrap();
+    for f in std::fs::read_dir(from).unwrap() {
+        let f = f.unwrap();
+        if f.file_name() != "LOCK" {
+            std::fs::copy(f.path(), to.path().join(f.file_name())).unwrap();
+        }
+    }
+    to
+}

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use cairn_kv::log::{LogTail, read_log};
 use cairn_kv::{Db, Options};
 
+use crate::copy_dir;
+
 const WAL_MAGIC: [u8; 8] = *b"CAIRNWAL";
 
 /// The directory's logs, oldest first, with their record counts and how each ends.
@@ -39,17 +41,6 @@ fn wait_for_spare(dir: &Path) -> u64 {
         assert!(t.elapsed() < Duration::from_secs(20), "no spare log appeared: {:?}", l);
         std::thread::sleep(Duration::from_millis(5));
     }
-}
-
-fn copy_dir(from: &Path) -> tempfile::TempDir {
-    let to = tempfile::tempdir().unwrap();
-    for f in fs::read_dir(from).unwrap() {
-        let f = f.unwrap();
-        if f.file_name() != "LOCK" {
-            fs::copy(f.path(), to.path().join(f.file_name())).unwrap();
-        }
-    }
-    to
 }
 
 #[test]
