@@ -1,5 +1,6 @@
 //! Integration tests of `cairn-kv`, one module per behaviour.
 
+mod alloc;
 mod basic;
 mod compaction;
 mod corruption;
