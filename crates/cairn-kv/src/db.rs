@@ -4,7 +4,7 @@ use std::collections::VecDeque;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 use arc_swap::ArcSwap;
@@ -119,7 +119,8 @@ pub(crate) struct DbInner {
     /// Signalled when background work finishes or is needed, and on shutdown.
     pub bg_cv: Condvar,
     pub sv: ArcSwap<SuperVersion>,
-    visible: AtomicU64,
+    /// Allocated and visible sequence numbers.
+    pub seqs: crate::sequences::Sequences,
     pub queue: WriteQueue,
     pub wal: Mutex<Wal>,
     pub snapshots: SnapshotList,
@@ -163,7 +164,7 @@ impl DbInner {
             state: Mutex::new(state),
             bg_cv: Condvar::new(),
             sv: ArcSwap::from_pointee(sv),
-            visible: AtomicU64::new(last_seq),
+            seqs: crate::sequences::Sequences::new(last_seq),
             queue: WriteQueue::default(),
             wal: Mutex::new(wal),
             snapshots: SnapshotList::default(),
@@ -191,11 +192,7 @@ impl DbInner {
 
     /// The highest sequence number whose write is complete and visible.
     pub fn visible_seq(&self) -> SeqNo {
-        self.visible.load(Ordering::Acquire)
-    }
-
-    pub fn set_visible_seq(&self, seq: SeqNo) {
-        self.visible.store(seq, Ordering::Release);
+        self.seqs.visible()
     }
 
     /// Refuses all further writes.
@@ -452,19 +449,12 @@ impl Db {
         if req.batch.is_empty() && req.validation.is_none() {
             return Ok(());
         }
-        if inner.queue.busy() {
-            // Another writer is leading a group, so this one will wait for it: meanwhile,
-            // walk the memtable to where its keys go, and the leader that inserts them (this
-            // writer, usually: it leads the next group) finds those nodes in cache instead of
-            // missing on each, with every writer queued behind it waiting.
-            let sv = inner.sv.load();
-            for op in req.batch.iter() {
-                if let crate::batch::BatchOp::Put(k, _) | crate::batch::BatchOp::Delete(k) = op {
-                    sv.mem.warm(k);
-                }
-            }
-        }
-        inner.queue.write(req, |group| crate::write::lead_group(inner, group), |why| inner.poison(why))
+        inner.queue.write(
+            req,
+            |group| crate::write::lead_group(inner, group),
+            |group, led| crate::write::apply_group(inner, group, led),
+            |why| inner.poison(why),
+        )
     }
 
     /// Reads the current value of `key`.

@@ -48,6 +48,7 @@ mod merge_iter;
 mod prefetch;
 pub mod range_del;
 mod recovery;
+mod sequences;
 mod skiplist;
 mod snapshot;
 mod spare_log;

@@ -1,6 +1,6 @@
 //! The memtable: an arena skiplist of internal keys ([`crate::skiplist`]) plus the range
-//! tombstones written to it. One writer (the group-commit leader) inserts while any number of
-//! readers look up and iterate.
+//! tombstones written to it. Writers insert concurrently (two groups of the group commit may
+//! apply at once) while any number of readers look up and iterate.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtOrd};
@@ -12,6 +12,7 @@ use crate::Result;
 use crate::iter::InternalIterator;
 use crate::key::{self, SeqNo, ValueKind};
 use crate::range_del::{FragmentedTombstones, RangeTombstone};
+pub(crate) use crate::skiplist::Splice;
 use crate::skiplist::{Cursor, SkipList};
 
 /// Per-entry overhead counted against the memtable budget: a skiplist node's header and its
@@ -83,17 +84,26 @@ impl Memtable {
         self.approx_bytes.fetch_add(bytes + ENTRY_OVERHEAD, AtOrd::Relaxed);
     }
 
-    /// Inserts a point entry.
+    /// Inserts a point entry (tests; the write path and recovery keep a splice per batch).
+    #[cfg(test)]
     pub(crate) fn insert(&self, user_key: &[u8], seq: SeqNo, kind: ValueKind, value: &[u8]) {
-        self.filter.add(crate::bloom::key_hash(user_key));
-        self.approx_bytes.fetch_add(Self::entry_bytes(user_key, value), AtOrd::Relaxed);
-        self.list.insert(user_key, key::pack_trailer(seq, kind as u8), value);
+        self.insert_spliced(&mut Splice::default(), user_key, seq, kind, value);
     }
 
-    /// Brings the nodes an insert of `user_key` will visit into cache (see
-    /// [`SkipList::warm`]).
-    pub(crate) fn warm(&self, user_key: &[u8]) {
-        self.list.warm(user_key);
+    /// Inserts a point entry, starting the search where `splice`'s last insert went if the key
+    /// follows it (see [`Splice`]). Inserts on several threads may run at once, each with its
+    /// own splice.
+    pub(crate) fn insert_spliced(
+        &self,
+        splice: &mut Splice,
+        user_key: &[u8],
+        seq: SeqNo,
+        kind: ValueKind,
+        value: &[u8],
+    ) {
+        self.filter.add(crate::bloom::key_hash(user_key));
+        self.approx_bytes.fetch_add(Self::entry_bytes(user_key, value), AtOrd::Relaxed);
+        self.list.insert(splice, user_key, key::pack_trailer(seq, kind as u8), value);
     }
 
     /// Records a range tombstone.

@@ -14,7 +14,7 @@ use crate::flush::build_table;
 use crate::key::{SeqNo, ValueKind};
 use crate::log::{LogTail, read_log};
 use crate::manifest::{ManifestWriter, parse_manifest_name, read_current};
-use crate::memtable::Memtable;
+use crate::memtable::{Memtable, Splice};
 use crate::spare_log::{SpareLog, create_wal};
 use crate::storage::Storage;
 use crate::table_cache::TableCache;
@@ -205,8 +205,9 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
 /// first), emptying `pending`.
 fn insert_sorted(mem: &Memtable, pending: &mut Vec<(&[u8], SeqNo, ValueKind, &[u8])>) {
     pending.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
+    let mut splice = Splice::default();
     for (k, seq, kind, v) in pending.drain(..) {
-        mem.insert(k, seq, kind, v);
+        mem.insert_spliced(&mut splice, k, seq, kind, v);
     }
 }
 

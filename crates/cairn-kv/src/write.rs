@@ -1,6 +1,9 @@
-//! The write path run by the group-commit leader: room in the memtable (switching memtables and
-//! stalling when flush or compaction fall behind), transaction validation, one WAL record and
-//! fsync for the whole group, memtable inserts, and publication of the new sequence number.
+//! The write path, in two steps per group (see [`crate::write_queue`]). The lead step, one
+//! group at a time: room in the memtable (switching memtables and stalling when flush or
+//! compaction fall behind), transaction validation, one WAL record and fsync for the whole
+//! group, which fixes its sequence numbers. The apply step, overlapping the next group's lead
+//! step: memtable inserts (concurrent with the previous group's, if it is still inserting),
+//! then publication of the group's sequence numbers after every earlier group's.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -8,20 +11,55 @@ use std::time::{Duration, Instant};
 
 use crate::batch::{BatchOp, WriteBatch, group_parts};
 use crate::db::{DbInner, SuperVersion, Wal};
-use crate::key::ValueKind;
+use crate::key::{SeqNo, ValueKind};
 use crate::log::LogWriter;
-use crate::memtable::Memtable;
+use crate::memtable::{Memtable, Splice};
 use crate::spare_log::{SpareLog, create_wal};
 use crate::stats::Stall;
 use crate::write_queue::{Slot, Validation, WriteRequest};
 use crate::{Error, Result};
 
-/// Processes one group; every slot gets a result.
-pub(crate) fn lead_group(inner: &Arc<DbInner>, group: &[&Slot]) {
+/// What a group's lead step leaves for its apply step: the requests, their results so far,
+/// and, if anything is to be inserted, the super version whose memtable takes it and the
+/// group's first sequence number.
+pub(crate) struct Led {
+    reqs: Vec<WriteRequest>,
+    results: Vec<Result<()>>,
+    insert: Insert,
+}
+
+/// The super version whose memtable takes a group's writes and the group's first sequence
+/// number; `None` when there is nothing to insert.
+type Insert = Option<(Arc<SuperVersion>, SeqNo)>;
+
+/// The lead step of one group, run by the queue's leader (one group at a time): room in the
+/// memtable, validation, and the group's WAL record, which fixes its sequence numbers.
+pub(crate) fn lead_group(inner: &Arc<DbInner>, group: &[&Slot]) -> Led {
     let mut reqs: Vec<WriteRequest> =
         group.iter().map(|s| s.request.lock().take()).map(|r| r.unwrap_or_else(empty_req)).collect();
-    let results = process(inner, &mut reqs);
-    for (slot, r) in group.iter().zip(results) {
+    let (results, insert) = lead(inner, &mut reqs);
+    Led { reqs, results, insert }
+}
+
+/// The apply step of one group, overlapping the next group's lead step: memtable inserts,
+/// then publication of the group's sequence numbers once every earlier group's are; every
+/// slot gets its result.
+pub(crate) fn apply_group(inner: &Arc<DbInner>, group: &[&Slot], led: Led) {
+    let Led { reqs, mut results, insert } = led;
+    if let Some((sv, base)) = insert {
+        let included = reqs.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(q, _)| &q.batch);
+        let next = insert_batches(inner, &sv, base, included);
+        if let Err(e) = inner.seqs.publish(base, next - 1, &|| fail_if_poisoned(inner)) {
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(clone_err(&e));
+            }
+        }
+    }
+    // Each request goes back to its slot before the result, so that its writer, not this
+    // thread, frees it: the allocator then never frees one thread's memory on another (with
+    // glibc, that takes the other thread's arena lock while it allocates).
+    for ((slot, req), r) in group.iter().zip(reqs).zip(results) {
+        *slot.request.lock() = Some(req);
         slot.finish(r);
     }
 }
@@ -30,19 +68,24 @@ fn empty_req() -> WriteRequest {
     WriteRequest { batch: WriteBatch::new(), sync: false, validation: None }
 }
 
-fn process(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> Vec<Result<()>> {
+fn lead(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> (Vec<Result<()>>, Insert) {
     let fail_all = |e: &Error| reqs.iter().map(|_| Err(clone_err(e))).collect::<Vec<_>>();
     if let Err(e) = inner.check_poisoned() {
-        return fail_all(&e);
+        return (fail_all(&e), None);
     }
     let mut wal = inner.wal.lock();
     let bytes: usize = reqs.iter().map(|r| r.batch.approximate_size()).sum();
     if let Err(e) = make_room(inner, &mut wal, bytes as u64) {
-        return fail_all(&e);
+        return (fail_all(&e), None);
+    }
+    let any_txn = reqs.iter().any(|r| r.validation.is_some());
+    // Validation looks for writes after a snapshot: those of earlier groups must be in the
+    // memtable first.
+    if any_txn && let Err(e) = inner.seqs.wait_all_published(&|| fail_if_poisoned(inner)) {
+        return (fail_all(&e), None);
     }
     let sv = inner.sv.load_full();
     let mut results: Vec<Result<()>> = Vec::with_capacity(reqs.len());
-    let any_txn = reqs.iter().any(|r| r.validation.is_some());
     let mut group_writes = GroupWrites::default();
     for r in reqs.iter() {
         let res = match &r.validation {
@@ -57,10 +100,10 @@ fn process(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> Vec<Result<()>> {
     let included = || reqs.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(q, _)| &q.batch);
     let count: u64 = included().map(|b| b.count() as u64).sum();
     if count == 0 {
-        return results;
+        return (results, None);
     }
     let sync = reqs.iter().zip(&results).any(|(q, r)| r.is_ok() && q.sync);
-    let base = inner.visible_seq() + 1;
+    let base = inner.seqs.allocated() + 1;
     let (head, reps) = group_parts(base, included());
     let mut parts: Vec<&[u8]> = Vec::with_capacity(reqs.len() + 1);
     parts.push(&head);
@@ -70,20 +113,34 @@ fn process(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> Vec<Result<()>> {
     let logged = logged.and_then(|_| if sync { wal.writer.sync() } else { Ok(()) });
     if let Err(e) = logged {
         inner.poison(format!("write-ahead log write failed: {e}"));
-        return reqs.iter().zip(results).map(|(_, r)| r.and(Err(clone_err(&e)))).collect();
+        let results = results.into_iter().map(|r| r.and(Err(clone_err(&e)))).collect();
+        return (results, None);
     }
     inner.counters.add_wal_bytes(record_len as u64);
+    inner.seqs.set_allocated(base + count - 1);
+    (results, Some((sv, base)))
+}
+
+/// Inserts `batches` into `sv`'s memtable with sequence numbers from `base`; returns the
+/// next unused one.
+fn insert_batches<'a>(
+    inner: &DbInner,
+    sv: &SuperVersion,
+    base: SeqNo,
+    batches: impl Iterator<Item = &'a WriteBatch>,
+) -> SeqNo {
     let mut seq = base;
     let mut user_bytes = 0u64;
-    for b in included() {
+    let mut splice = Splice::default();
+    for b in batches {
         for op in b.iter() {
             match op {
                 BatchOp::Put(k, v) => {
-                    sv.mem.insert(k, seq, ValueKind::Put, v);
+                    sv.mem.insert_spliced(&mut splice, k, seq, ValueKind::Put, v);
                     user_bytes += (k.len() + v.len()) as u64;
                 }
                 BatchOp::Delete(k) => {
-                    sv.mem.insert(k, seq, ValueKind::Delete, &[]);
+                    sv.mem.insert_spliced(&mut splice, k, seq, ValueKind::Delete, &[]);
                     user_bytes += k.len() as u64;
                 }
                 BatchOp::DeleteRange(s, e) => {
@@ -95,8 +152,13 @@ fn process(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> Vec<Result<()>> {
         }
     }
     inner.counters.add_user_bytes(user_bytes);
-    inner.set_visible_seq(seq - 1);
-    results
+    seq
+}
+
+/// Fails if the engine is poisoned, for waits on earlier groups (one may then never publish).
+/// A shutdown does not stop such a wait: every group that wrote its record publishes.
+fn fail_if_poisoned(inner: &DbInner) -> Result<()> {
+    if inner.is_poisoned() { inner.check_poisoned() } else { Ok(()) }
 }
 
 /// Keys and ranges written by earlier members of the group being processed.
@@ -205,13 +267,16 @@ fn slowdown_rate(rate: u64, l0: usize, slowdown: usize, stop: usize) -> u64 {
 /// Freezes the current memtable and starts a new one with a new WAL. With `force`, switches
 /// even when the memtable is small (but never when it is empty).
 pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) -> Result<()> {
+    // Groups whose records are in the current log may still be inserting into its memtable:
+    // let them finish, so that the memtable is whole when it is judged, frozen and flushed.
+    inner.seqs.wait_all_published(&|| fail_if_poisoned(inner))?;
     {
         let st = inner.state.lock();
         if st.mem.is_empty() || (!force && st.mem.approximate_bytes() < inner.opts.memtable_size) {
             return Ok(());
         }
     }
-    // The memtable cannot change meanwhile (the caller holds the WAL, so no write runs), and
+    // The memtable cannot change meanwhile (the caller holds the WAL, so no group starts), and
     // background work need not wait for the sync below: the state is locked again after it.
     let res = (|| -> Result<(u64, LogWriter)> {
         // Everything in the old log must be durable before later writes land in the new one,

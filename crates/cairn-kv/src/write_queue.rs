@@ -1,8 +1,10 @@
 //! Group commit. Writers queue their batches; a writer that finds no leader becomes the leader,
-//! takes every queued batch (up to a size limit), writes
-//! them as one WAL record with one fsync, applies them to the memtable, then wakes exactly the
-//! members of its group and the next leader (each writer sleeps on its own condition variable,
-//! so a finished group does not wake writers that still have to wait).
+//! takes every queued batch (up to a size limit) and writes them as one WAL record with one
+//! fsync. It then hands leadership to the writer at the queue's front and, while that one
+//! writes the next group's record, applies its own group to the memtable (which takes
+//! concurrent inserts), then wakes exactly the members of its group (each writer sleeps on its
+//! own condition variable, so a finished group does not wake writers that still have to
+//! wait).
 //!
 //! A waiting writer first spins for up to [`SPIN`] on its own flag before it sleeps: without an
 //! fsync a group takes a few microseconds, and waking a sleeping thread costs more than that
@@ -85,15 +87,15 @@ impl Slot {
 #[derive(Default)]
 struct Queue {
     waiting: VecDeque<Arc<Slot>>,
+    /// Whether a leader is in its lead step (groups being applied do not count: the next
+    /// leader is let in before that).
+    leader_active: bool,
 }
 
 /// The queue of writers.
 #[derive(Default)]
 pub(crate) struct WriteQueue {
     q: Mutex<Queue>,
-    /// Whether a leader is processing a group. Changed only with `q` locked, and read there
-    /// for decisions; read without the lock only as a hint ([`WriteQueue::busy`]).
-    leader_active: AtomicBool,
 }
 
 /// Largest group a leader assembles, in encoded bytes (a single larger batch still goes alone).
@@ -103,27 +105,37 @@ const MAX_GROUP_BYTES: usize = 8 << 20;
 const SPIN: Duration = Duration::from_micros(20);
 
 impl WriteQueue {
-    /// Whether a leader is processing a group (so that a write queued now would wait). A hint
-    /// for callers that have something useful to do first; it may change at any moment.
-    pub fn busy(&self) -> bool {
-        self.leader_active.load(Ordering::Relaxed)
+    /// Whether a leader is in its lead step (so that a write queued now would wait). Tests
+    /// check the hand-over with it.
+    #[cfg(test)]
+    fn busy(&self) -> bool {
+        self.q.lock().leader_active
     }
 
-    /// Queues `req` and returns once it was applied (or failed). `lead` processes a group and
-    /// must call [`Slot::finish`] on every slot it was given. If `lead` panics, every member of
-    /// the group fails, `on_panic` is told (it poisons the engine), and the queue stays usable.
-    pub fn write(&self, req: WriteRequest, lead: impl Fn(&[&Slot]), on_panic: impl Fn(String)) -> Result<()> {
+    /// Queues `req` and returns once it was applied (or failed). A group is processed in two
+    /// steps: `lead` runs while this writer is the queue's leader (one at a time, in queue
+    /// order) and returns what `apply` needs; `apply` runs after the next leader was let in,
+    /// so the next group's `lead` overlaps it, and must call [`Slot::finish`] on every slot of
+    /// its group. If either panics, every member of the group fails, `on_panic` is told (it
+    /// poisons the engine), and the queue stays usable.
+    pub fn write<T>(
+        &self,
+        req: WriteRequest,
+        lead: impl Fn(&[&Slot]) -> T,
+        apply: impl Fn(&[&Slot], T),
+        on_panic: impl Fn(String),
+    ) -> Result<()> {
         let mut q = self.q.lock();
-        if !self.leader_active.load(Ordering::Relaxed) && q.waiting.is_empty() {
+        if !q.leader_active && q.waiting.is_empty() {
             // Nobody else is writing: lead a group of one, with no queue entry to allocate.
-            self.leader_active.store(true, Ordering::Relaxed);
+            q.leader_active = true;
             drop(q);
             let slot = Slot::new(req);
-            Self::run_group(&[&slot], &lead, &on_panic);
-            let q = self.q.lock();
-            self.leader_active.store(false, Ordering::Relaxed);
-            if let Some(next) = q.waiting.front() {
-                next.signal();
+            let members = [&slot];
+            let led = Self::run_step(&members, || lead(&members), &on_panic);
+            self.hand_over(self.q.lock());
+            if let Some(t) = led {
+                Self::run_step(&members, || apply(&members, t), &on_panic);
             }
             return slot.result.lock().take().unwrap_or_else(|| Err(Error::Poisoned("a write got no result".into())));
         }
@@ -136,8 +148,8 @@ impl WriteQueue {
             }
             // Whoever finds no leader leads (the queue's front is woken for that, but a writer
             // that is already running need not wait for it to be scheduled).
-            if !self.leader_active.load(Ordering::Relaxed) {
-                self.leader_active.store(true, Ordering::Relaxed);
+            if !q.leader_active {
+                q.leader_active = true;
                 let mut group = Vec::new();
                 let mut bytes = 0;
                 while let Some(s) = q.waiting.front() {
@@ -150,10 +162,13 @@ impl WriteQueue {
                 }
                 drop(q);
                 let members: Vec<&Slot> = group.iter().map(|s| &**s).collect();
-                Self::run_group(&members, &lead, &on_panic);
+                let led = Self::run_step(&members, || lead(&members), &on_panic);
+                self.hand_over(self.q.lock());
+                if let Some(t) = led {
+                    Self::run_step(&members, || apply(&members, t), &on_panic);
+                }
                 q = self.q.lock();
-                self.leader_active.store(false, Ordering::Relaxed);
-                for s in group.iter().chain(q.waiting.front()) {
+                for s in &group {
                     s.signal();
                 }
                 continue;
@@ -169,16 +184,27 @@ impl WriteQueue {
             }
         }
     }
-}
 
-impl WriteQueue {
-    /// Runs `lead` on a group; if it panics, every member fails and `on_panic` is told.
-    fn run_group(group: &[&Slot], lead: &impl Fn(&[&Slot]), on_panic: &impl Fn(String)) {
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| lead(group))).is_err() {
-            let why = "the write path panicked".to_string();
-            on_panic(why.clone());
-            for s in group {
-                s.finish(Err(Error::Poisoned(why.clone())));
+    /// Ends the current leader's turn and wakes the writer at the queue's front to lead next.
+    fn hand_over(&self, mut q: MutexGuard<'_, Queue>) {
+        q.leader_active = false;
+        if let Some(next) = q.waiting.front() {
+            next.signal();
+        }
+    }
+
+    /// Runs one step of a group; if it panics, every member fails, `on_panic` is told, and
+    /// the result is `None`.
+    fn run_step<T>(group: &[&Slot], step: impl FnOnce() -> T, on_panic: &impl Fn(String)) -> Option<T> {
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(step)) {
+            Ok(t) => Some(t),
+            Err(_) => {
+                let why = "the write path panicked".to_string();
+                on_panic(why.clone());
+                for s in group {
+                    s.finish(Err(Error::Poisoned(why.clone())));
+                }
+                None
             }
         }
     }
@@ -202,7 +228,7 @@ mod tests {
             for _ in 0..8 {
                 s.spawn(|| {
                     for _ in 0..writes {
-                        q.write(req(), &lead, |_| {}).unwrap();
+                        q.write(req(), &lead, |_, ()| {}, |_| {}).unwrap();
                     }
                 });
             }
@@ -248,6 +274,7 @@ mod tests {
                 assert!(q.busy());
                 g.iter().for_each(|s| s.finish(Ok(())));
             },
+            |_, ()| assert!(!q.busy(), "the next leader is let in before the group is applied"),
             |_| {},
         )
         .unwrap();
@@ -264,7 +291,7 @@ mod tests {
                             }
                             g.iter().for_each(|s| s.finish(Ok(())));
                         };
-                        q.write(req(), lead, |_| {}).unwrap();
+                        q.write(req(), lead, |_, ()| {}, |_| {}).unwrap();
                     }
                 });
             }
@@ -280,13 +307,25 @@ mod tests {
         let r = q.write(
             req(),
             |_| panic!("boom"),
+            |_, ()| unreachable!("a group whose lead step panicked is not applied"),
             |_| {
                 poisoned.fetch_add(1, Ordering::Relaxed);
             },
         );
         assert!(matches!(r, Err(Error::Poisoned(_))));
         assert_eq!(poisoned.load(Ordering::Relaxed), 1);
-        let ok = q.write(req(), |g| g.iter().for_each(|s| s.finish(Ok(()))), |_| {});
+        // A panic in the apply step fails the group the same way.
+        let r = q.write(
+            req(),
+            |_| (),
+            |_, ()| panic!("boom"),
+            |_| {
+                poisoned.fetch_add(1, Ordering::Relaxed);
+            },
+        );
+        assert!(matches!(r, Err(Error::Poisoned(_))));
+        assert_eq!(poisoned.load(Ordering::Relaxed), 2);
+        let ok = q.write(req(), |g| g.iter().for_each(|s| s.finish(Ok(()))), |_, ()| {}, |_| {});
         assert!(ok.is_ok());
     }
 }

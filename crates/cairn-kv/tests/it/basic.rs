@@ -339,3 +339,36 @@ fn concurrent_writers_publish_whole_batches_in_order() {
     let db = reopen(&storage, opts);
     assert_eq!(db.iter().count(), (writers * (batches + 3)) as usize);
 }
+
+/// With groups inserting concurrently (a group is applied while the next one writes its log
+/// record), a write is visible to its writer as soon as it returns, and so is every write
+/// that returned before it on any thread: each writer reads back its own key and the newest
+/// key the other writers announced.
+#[test]
+fn a_returned_write_is_visible_at_once_to_every_thread() {
+    let opts = Options { memtable_size: 128 << 10, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", opts, Arc::new(MemStorage::new())).unwrap();
+    let writers = 4u32;
+    let announced: Vec<std::sync::atomic::AtomicU32> = (0..writers).map(|_| Default::default()).collect();
+    std::thread::scope(|s| {
+        for w in 0..writers {
+            let (db, announced) = (db.clone(), &announced);
+            s.spawn(move || {
+                for i in 1..=3000u32 {
+                    let key = format!("w{w}-{i:05}");
+                    let mut b = WriteBatch::new();
+                    b.put(&key, noise(i as u64, 100)).unwrap();
+                    db.write_opt(b, WriteOptions::no_sync()).unwrap();
+                    assert!(db.get(&key).unwrap().is_some(), "{key} not visible after its write returned");
+                    announced[w as usize].store(i, std::sync::atomic::Ordering::Release);
+                    let other = (w + 1 + i % (writers - 1)) % writers;
+                    let j = announced[other as usize].load(std::sync::atomic::Ordering::Acquire);
+                    if j > 0 {
+                        let key = format!("w{other}-{j:05}");
+                        assert!(db.get(&key).unwrap().is_some(), "{key} announced but not visible");
+                    }
+                }
+            });
+        }
+    });
+}
