@@ -4,13 +4,13 @@
 //! order their records were written, so a reader never sees a write while an earlier one is
 //! still missing, and a writer returns only once its write is visible (it reads its own writes).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
 
-use crate::Result;
 use crate::key::SeqNo;
+use crate::{Error, Result};
 
 /// Allocated and visible sequence numbers, and the wait for the latter to catch up.
 pub(crate) struct Sequences {
@@ -21,6 +21,9 @@ pub(crate) struct Sequences {
     sleepers: AtomicUsize,
     lock: Mutex<()>,
     published: Condvar,
+    /// Set when a group that was given sequence numbers will never publish them (its apply
+    /// step panicked): every later group would wait for it forever.
+    abandoned: AtomicBool,
 }
 
 /// How long a thread waiting for an earlier group to publish spins before it sleeps: a few
@@ -41,6 +44,7 @@ impl Sequences {
             sleepers: AtomicUsize::new(0),
             lock: Mutex::new(()),
             published: Condvar::new(),
+            abandoned: AtomicBool::new(false),
         }
     }
 
@@ -61,31 +65,50 @@ impl Sequences {
         self.allocated.store(seq, Ordering::Release);
     }
 
-    /// Makes `first..=last` visible once every earlier group's are. `check` is asked while
-    /// waiting and ends the wait with its error (the engine was poisoned: an earlier group
-    /// may never publish).
-    pub fn publish(&self, first: SeqNo, last: SeqNo, check: &dyn Fn() -> Result<()>) -> Result<()> {
-        self.wait_visible(first - 1, check)?;
+    /// Makes `first..=last` visible once every earlier group's are. Fails (and publishes
+    /// nothing) if an earlier group was abandoned.
+    pub fn publish(&self, first: SeqNo, last: SeqNo) -> Result<()> {
+        self.wait_visible(first - 1)?;
         self.visible.store(last, Ordering::Release);
-        // Pairs with the fence in `wait_visible`: either the sleeper sees the new value before
-        // it sleeps, or this sees the sleeper and wakes it.
+        self.wake_sleepers();
+        Ok(())
+    }
+
+    /// Records that a group given sequence numbers will never publish them, ending every wait
+    /// for them with an error. Called with the engine poisoned: the group's writes may be in
+    /// the log but not in the memtable, so nothing after them may become visible.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Release);
+        self.wake_sleepers();
+    }
+
+    /// Waits until every group that wrote its WAL record is visible. Called with the WAL lock
+    /// held (by the queue's leader, or a forced memtable switch), so that no group is numbered
+    /// meanwhile.
+    pub fn wait_all_published(&self) -> Result<()> {
+        self.wait_visible(self.allocated())
+    }
+
+    fn wake_sleepers(&self) {
+        // Pairs with the fence in `wait_visible`: either the sleeper sees the change before it
+        // sleeps, or this sees the sleeper and wakes it.
         fence(Ordering::SeqCst);
         if self.sleepers.load(Ordering::Relaxed) > 0 {
             let _g = self.lock.lock();
             self.published.notify_all();
         }
-        Ok(())
     }
 
-    /// Waits until every group that wrote its WAL record is visible. Called by the queue's
-    /// leader, so that no group is numbered meanwhile.
-    pub fn wait_all_published(&self, check: &dyn Fn() -> Result<()>) -> Result<()> {
-        self.wait_visible(self.allocated(), check)
+    fn check_abandoned(&self) -> Result<()> {
+        if self.abandoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned("an earlier write failed before it became visible".into()));
+        }
+        Ok(())
     }
 
     /// Waits until `seq` is visible: spins for [`PUBLISH_SPIN`], then sleeps until a publish
     /// wakes it to look again.
-    fn wait_visible(&self, seq: SeqNo, check: &dyn Fn() -> Result<()>) -> Result<()> {
+    fn wait_visible(&self, seq: SeqNo) -> Result<()> {
         if self.visible() >= seq {
             return Ok(());
         }
@@ -97,7 +120,7 @@ impl Sequences {
                 }
                 std::hint::spin_loop();
             }
-            check()?;
+            self.check_abandoned()?;
             if start.elapsed() >= PUBLISH_SPIN {
                 break;
             }
@@ -106,7 +129,7 @@ impl Sequences {
             let mut g = self.lock.lock();
             self.sleepers.fetch_add(1, Ordering::Relaxed);
             fence(Ordering::SeqCst);
-            if self.visible() < seq {
+            if self.visible() < seq && !self.abandoned.load(Ordering::Acquire) {
                 self.published.wait_for(&mut g, SLEEP_AT_MOST);
             }
             self.sleepers.fetch_sub(1, Ordering::Relaxed);
@@ -114,7 +137,7 @@ impl Sequences {
             if self.visible() >= seq {
                 return Ok(());
             }
-            check()?;
+            self.check_abandoned()?;
         }
     }
 }
@@ -125,10 +148,6 @@ mod tests {
     use crate::Error;
     use std::sync::Arc;
     use std::sync::atomic::AtomicBool;
-
-    fn fine() -> Result<()> {
-        Ok(())
-    }
 
     /// Groups publishing out of order (each thread owns one group of three sequence numbers,
     /// and later groups are often ready first): visibility only ever moves forward over whole
@@ -160,7 +179,7 @@ mod tests {
                         if g % 7 == 3 {
                             std::thread::sleep(Duration::from_micros(100));
                         }
-                        seqs.publish(first, first + 2, &fine).unwrap();
+                        seqs.publish(first, first + 2).unwrap();
                         assert!(seqs.visible() >= first + 2, "returned before its group was visible");
                     }
                 }));
@@ -174,17 +193,24 @@ mod tests {
         assert_eq!(seqs.visible(), groups * 3);
     }
 
-    /// A wait behind a group that never publishes ends with the check's error.
+    /// Waits behind a group that will never publish end with an error once it is abandoned,
+    /// sleeping ones included; a publish that waits for nothing still succeeds.
     #[test]
-    fn a_poisoned_engine_ends_the_wait() {
+    fn an_abandoned_group_ends_the_waits_behind_it() {
         let seqs = Sequences::new(10);
         seqs.set_allocated(20);
-        let poisoned = || Err(Error::Poisoned("test".into()));
-        assert!(matches!(seqs.publish(16, 20, &poisoned), Err(Error::Poisoned(_))));
-        assert!(matches!(seqs.wait_all_published(&poisoned), Err(Error::Poisoned(_))));
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| seqs.publish(16, 20));
+            let all = s.spawn(|| seqs.wait_all_published());
+            // Long enough for both to be asleep.
+            std::thread::sleep(Duration::from_millis(20));
+            seqs.abandon();
+            assert!(matches!(waiter.join().unwrap(), Err(Error::Poisoned(_))));
+            assert!(matches!(all.join().unwrap(), Err(Error::Poisoned(_))));
+        });
         assert_eq!(seqs.visible(), 10);
-        // Nothing to wait for: no error.
-        seqs.publish(11, 20, &poisoned).unwrap();
-        seqs.wait_all_published(&poisoned).unwrap();
+        seqs.publish(11, 20).unwrap();
+        seqs.wait_all_published().unwrap();
+        assert_eq!(seqs.visible(), 20);
     }
 }

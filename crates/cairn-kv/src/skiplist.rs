@@ -11,10 +11,13 @@
 //! module of cairn-kv with `unsafe` code. The invariants every block relies on:
 //! 1. Chunks are allocated once, never resized or freed before the list is dropped, and only
 //!    reached through raw pointers (no `&mut` to a chunk ever exists after it is created).
-//! 2. A node's memory is handed out under `arena`'s lock to one insert, which alone writes it,
-//!    and only before the node is published by a compare-and-swap (release) of a pointer to it
-//!    into a predecessor's link; readers and other inserts reach nodes only through `Acquire`
-//!    loads of such pointers (or the head), so they see fully written nodes.
+//! 2. A node's memory is handed out under `arena`'s lock to one insert, which alone writes it.
+//!    Its header, key, value and bottom link are written before the node is published at
+//!    level 0 by a compare-and-swap (release) into its predecessor's link; its link at each
+//!    higher level L is written before the release compare-and-swap that links it at L. A node
+//!    is reached at level L only through a link at level L or above, loaded with `Acquire`
+//!    (searches only go down levels), so whoever reaches it sees its contents and every link
+//!    it may follow from it.
 //! 3. After publication a node's header, key and value are never written again; its tower
 //!    links are atomics.
 #![allow(unsafe_code)]
@@ -51,7 +54,8 @@ impl Node {
     fn tower(&self, level: usize) -> &AtomicPtr<Node> {
         debug_assert!(level < self.height as usize);
         // SAFETY: the node was allocated with room for `height` links right after the header
-        // (8-byte aligned, as the arena is), initialised before publication (invariant 2).
+        // (8-byte aligned, as the arena is); a link is written before the node is linked at
+        // its level (invariant 2), and zeroed (null) memory before that.
         unsafe { &*(ptr::from_ref(self).cast::<u8>().add(HEADER + 8 * level).cast::<AtomicPtr<Node>>()) }
     }
 
@@ -682,15 +686,21 @@ mod tests {
             assert_eq!(&k[8..], &t.to_be_bytes());
             assert_eq!(v.as_slice(), &t.to_le_bytes());
         }
-        // Every level above 0 is a sorted sublist of level 0.
+        // Every level above 0 is a sorted sublist of level 0 holding exactly the nodes whose
+        // towers reach it (a compare-and-swap race lost without a retry would leave a node out
+        // of a level; searches would still find it through the levels below).
         for level in 1..MAX_HEIGHT {
             let mut x = list.head().next(level);
+            let mut linked = 0;
             while let Some(n) = x {
                 if let Some(m) = n.next(level) {
                     assert!(m.cmp_to(n.user_key(), n.trailer).is_gt(), "level {level} out of order");
                 }
+                linked += 1;
                 x = n.next(level);
             }
+            let tall = want.iter().filter(|&&(_, t)| tower_height(t) > level).count();
+            assert_eq!(linked, tall, "nodes linked at level {level}");
         }
         for (uk, t) in want.iter().step_by(101) {
             assert_eq!(list.get(&uk.to_be_bytes(), *t).map(|(found, _)| found), Some(*t));

@@ -14,6 +14,7 @@ use crate::db::{DbInner, SuperVersion, Wal};
 use crate::key::{SeqNo, ValueKind};
 use crate::log::LogWriter;
 use crate::memtable::{Memtable, Splice};
+use crate::sequences::Sequences;
 use crate::spare_log::{SpareLog, create_wal};
 use crate::stats::Stall;
 use crate::write_queue::{Slot, Validation, WriteRequest};
@@ -47,9 +48,12 @@ pub(crate) fn lead_group(inner: &Arc<DbInner>, group: &[&Slot]) -> Led {
 pub(crate) fn apply_group(inner: &Arc<DbInner>, group: &[&Slot], led: Led) {
     let Led { reqs, mut results, insert } = led;
     if let Some((sv, base)) = insert {
+        // If the inserts panic, the group's numbers are never published: the later groups
+        // waiting for them must fail instead of waiting forever.
+        let _abandon = AbandonOnUnwind(&inner.seqs);
         let included = reqs.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(q, _)| &q.batch);
         let next = insert_batches(inner, &sv, base, included);
-        if let Err(e) = inner.seqs.publish(base, next - 1, &|| fail_if_poisoned(inner)) {
+        if let Err(e) = inner.seqs.publish(base, next - 1) {
             for r in results.iter_mut().filter(|r| r.is_ok()) {
                 *r = Err(clone_err(&e));
             }
@@ -61,6 +65,18 @@ pub(crate) fn apply_group(inner: &Arc<DbInner>, group: &[&Slot], led: Led) {
     for ((slot, req), r) in group.iter().zip(reqs).zip(results) {
         *slot.request.lock() = Some(req);
         slot.finish(r);
+    }
+}
+
+/// Abandons the sequence numbers of the group being applied if it unwinds (see
+/// [`Sequences::abandon`]).
+struct AbandonOnUnwind<'a>(&'a Sequences);
+
+impl Drop for AbandonOnUnwind<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abandon();
+        }
     }
 }
 
@@ -81,7 +97,7 @@ fn lead(inner: &Arc<DbInner>, reqs: &mut [WriteRequest]) -> (Vec<Result<()>>, In
     let any_txn = reqs.iter().any(|r| r.validation.is_some());
     // Validation looks for writes after a snapshot: those of earlier groups must be in the
     // memtable first.
-    if any_txn && let Err(e) = inner.seqs.wait_all_published(&|| fail_if_poisoned(inner)) {
+    if any_txn && let Err(e) = inner.seqs.wait_all_published() {
         return (fail_all(&e), None);
     }
     let sv = inner.sv.load_full();
@@ -153,12 +169,6 @@ fn insert_batches<'a>(
     }
     inner.counters.add_user_bytes(user_bytes);
     seq
-}
-
-/// Fails if the engine is poisoned, for waits on earlier groups (one may then never publish).
-/// A shutdown does not stop such a wait: every group that wrote its record publishes.
-fn fail_if_poisoned(inner: &DbInner) -> Result<()> {
-    if inner.is_poisoned() { inner.check_poisoned() } else { Ok(()) }
 }
 
 /// Keys and ranges written by earlier members of the group being processed.
@@ -269,7 +279,7 @@ fn slowdown_rate(rate: u64, l0: usize, slowdown: usize, stop: usize) -> u64 {
 pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) -> Result<()> {
     // Groups whose records are in the current log may still be inserting into its memtable:
     // let them finish, so that the memtable is whole when it is judged, frozen and flushed.
-    inner.seqs.wait_all_published(&|| fail_if_poisoned(inner))?;
+    inner.seqs.wait_all_published()?;
     {
         let st = inner.state.lock();
         if st.mem.is_empty() || (!force && st.mem.approximate_bytes() < inner.opts.memtable_size) {

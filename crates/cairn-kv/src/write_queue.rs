@@ -42,6 +42,9 @@ pub(crate) struct Slot {
     signaled: AtomicBool,
     /// Waited on with the queue's lock held.
     wake: Condvar,
+    /// Whether the slot is in the queue (not yet taken into a group). Changed and read with
+    /// the queue's lock held.
+    queued: AtomicBool,
 }
 
 impl Slot {
@@ -51,6 +54,7 @@ impl Slot {
             result: Mutex::new(None),
             signaled: AtomicBool::new(false),
             wake: Condvar::new(),
+            queued: AtomicBool::new(false),
         }
     }
 
@@ -140,6 +144,7 @@ impl WriteQueue {
             return slot.result.lock().take().unwrap_or_else(|| Err(Error::Poisoned("a write got no result".into())));
         }
         let slot = Arc::new(Slot::new(req));
+        slot.queued.store(true, Ordering::Relaxed);
         q.waiting.push_back(slot.clone());
         loop {
             slot.signaled.store(false, Ordering::Relaxed);
@@ -147,8 +152,10 @@ impl WriteQueue {
                 return r;
             }
             // Whoever finds no leader leads (the queue's front is woken for that, but a writer
-            // that is already running need not wait for it to be scheduled).
-            if !q.leader_active {
+            // that is already running need not wait for it to be scheduled) - if it is still
+            // queued: one already taken into a group waits for that group's result (leading
+            // others' writes meanwhile could hold it in a write stall after its own is done).
+            if !q.leader_active && slot.queued.load(Ordering::Relaxed) {
                 q.leader_active = true;
                 let mut group = Vec::new();
                 let mut bytes = 0;
@@ -158,7 +165,9 @@ impl WriteQueue {
                         break;
                     }
                     bytes += size;
-                    group.extend(q.waiting.pop_front());
+                    let taken = q.waiting.pop_front().expect("the front exists");
+                    taken.queued.store(false, Ordering::Relaxed);
+                    group.push(taken);
                 }
                 drop(q);
                 let members: Vec<&Slot> = group.iter().map(|s| &**s).collect();
@@ -260,6 +269,49 @@ mod tests {
             }
         });
         assert_eq!(done.load(Ordering::Relaxed), 40_000);
+    }
+
+    fn req_for(key: u8) -> WriteRequest {
+        let mut batch = WriteBatch::new();
+        batch.put([key], b"v").unwrap();
+        WriteRequest { batch, sync: false, validation: None }
+    }
+
+    fn holds(g: &[&Slot], key: u8) -> bool {
+        g.iter().any(|s| s.request.lock().as_ref().is_some_and(|r| r.batch.iter().any(|op| op.key() == [key])))
+    }
+
+    /// Eight writers whose apply steps take a while (as memtable inserts do): a writer woken
+    /// to lead but taken meanwhile into the group of a writer that just arrived waits for that
+    /// group, even while its apply runs; it never leads a group without its own write (which
+    /// could hold it in a write stall after its write is done).
+    #[test]
+    fn a_writer_taken_into_a_group_never_leads_another() {
+        let q = WriteQueue::default();
+        let (own, foreign) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        std::thread::scope(|s| {
+            for t in 0..8u8 {
+                let (q, own, foreign) = (&q, &own, &foreign);
+                s.spawn(move || {
+                    for _ in 0..5000 {
+                        let lead = |g: &[&Slot]| {
+                            let counter = if holds(g, t) { own } else { foreign };
+                            counter.fetch_add(1, Ordering::Relaxed);
+                        };
+                        let apply = |g: &[&Slot], ()| {
+                            let start = Instant::now();
+                            while start.elapsed() < Duration::from_micros(20) {
+                                std::hint::spin_loop();
+                            }
+                            g.iter().for_each(|s| s.finish(Ok(())));
+                        };
+                        q.write(req_for(t), lead, apply, |_| {}).unwrap();
+                    }
+                });
+            }
+        });
+        assert_eq!(foreign.load(Ordering::Relaxed), 0, "a writer led a group without its own write");
+        assert!(own.load(Ordering::Relaxed) > 0);
     }
 
     /// `busy` is set while a leader processes a group, on both paths to leading, and cleared
