@@ -1,6 +1,6 @@
 //! The memtable: an arena skiplist of internal keys ([`crate::skiplist`]) plus the range
-//! tombstones written to it. Writers insert concurrently (two groups of the group commit may
-//! apply at once) while any number of readers look up and iterate.
+//! tombstones written to it. Writers insert concurrently (the groups of the group commit being
+//! applied at once) while any number of readers look up and iterate.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering as AtOrd};
