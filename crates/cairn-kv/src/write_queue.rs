@@ -206,10 +206,10 @@ impl WriteQueue {
         }
         // A writer waiting for a synced group sleeps at once if syncs are slow. Spinning for
         // the first microseconds of a 140 us sync bought nothing and cost much: on the
-        // 2-core virtual machine measured, two writers' synced groups came 25-35% slower
-        // with it, and the next leader waited about 25 us instead of 6-9 us for the woken
-        // writer to join its commit delay (perhaps the host's I/O work and wake-ups wait
-        // for a busy virtual processor; not traced further).
+        // 2-core virtual machine measured, two synced writers' throughput was a quarter
+        // lower with it, and the next leader waited about 25 us instead of 6-9 us for the
+        // woken writer to join its commit delay (perhaps the host's I/O work and wake-ups
+        // wait for a busy virtual processor; not traced further).
         let slow_sync = self.sync_ns.load(Ordering::Relaxed) > SLOW_SYNC.as_nanos() as u64;
         let spin = if req.sync && slow_sync { Duration::ZERO } else { SPIN };
         let slot = Arc::new(Slot::new(req));
