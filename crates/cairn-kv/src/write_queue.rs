@@ -175,11 +175,10 @@ impl WriteQueue {
             // Nobody else is writing: lead a group of one, with no queue entry to allocate
             // (unless a commit delay brings others).
             q.leader_active = true;
-            let sync = req.sync;
+            let (sync, mut bytes) = (req.sync, req.batch.approximate_size());
             let slot = Slot::new(req);
             let mut joined = Vec::new();
             if sync && let Some(delay) = self.commit_delay(1) {
-                let mut bytes = slot.request.lock().as_ref().map_or(0, |r| r.batch.approximate_size());
                 q = self.gather(q, delay, &mut joined, &mut bytes);
             }
             drop(q);
@@ -191,11 +190,7 @@ impl WriteQueue {
                 all = std::iter::once(&slot).chain(joined.iter().map(|s| &**s)).collect();
                 &all
             };
-            let led = self.timed_lead(sync, members, &lead, &on_panic);
-            self.hand_over(self.q.lock());
-            if let Some(t) = led {
-                Self::run_step(members, || apply(members, t), &on_panic);
-            }
+            self.run_group(sync, members, &lead, &apply, &on_panic);
             if !joined.is_empty() {
                 let _q = self.q.lock();
                 for s in &joined {
@@ -210,8 +205,8 @@ impl WriteQueue {
         // lower with it, and the next leader waited about 25 us instead of 6-9 us for the
         // woken writer to join its commit delay (perhaps the host's I/O work and wake-ups
         // wait for a busy virtual processor; not traced further).
-        let slow_sync = self.sync_ns.load(Ordering::Relaxed) > SLOW_SYNC.as_nanos() as u64;
-        let spin = if req.sync && slow_sync { Duration::ZERO } else { SPIN };
+        let slow_sync = || self.sync_ns.load(Ordering::Relaxed) > SLOW_SYNC.as_nanos() as u64;
+        let spin = if req.sync && slow_sync() { Duration::ZERO } else { SPIN };
         let slot = Arc::new(Slot::new(req));
         slot.queued.store(true, Ordering::Relaxed);
         q.waiting.push_back(slot.clone());
@@ -235,11 +230,7 @@ impl WriteQueue {
                 }
                 drop(q);
                 let members: Vec<&Slot> = group.iter().map(|s| &**s).collect();
-                let led = self.timed_lead(sync, &members, &lead, &on_panic);
-                self.hand_over(self.q.lock());
-                if let Some(t) = led {
-                    Self::run_step(&members, || apply(&members, t), &on_panic);
-                }
+                self.run_group(sync, &members, &lead, &apply, &on_panic);
                 q = self.q.lock();
                 for s in &group {
                     s.signal();
@@ -319,15 +310,17 @@ impl WriteQueue {
         q
     }
 
-    /// Runs a group's lead step; for a synced group, also folds its duration into the
-    /// moving average that sizes commit delays.
-    fn timed_lead<T>(
+    /// Runs a group led by this writer: its lead step, the hand-over to the next leader, then
+    /// its apply step. A synced group's lead step is timed into the moving average that sizes
+    /// commit delays.
+    fn run_group<T>(
         &self,
         sync: bool,
         members: &[&Slot],
         lead: &impl Fn(&[&Slot]) -> T,
+        apply: &impl Fn(&[&Slot], T),
         on_panic: &impl Fn(String),
-    ) -> Option<T> {
+    ) {
         let start = sync.then(Instant::now);
         let led = Self::run_step(members, || lead(members), on_panic);
         if let Some(start) = start {
@@ -337,7 +330,10 @@ impl WriteQueue {
             self.sync_ns.store(avg.max(1), Ordering::Relaxed);
             self.sync_groups.fetch_add(1, Ordering::Relaxed);
         }
-        led
+        self.hand_over(self.q.lock());
+        if let Some(t) = led {
+            Self::run_step(members, || apply(members, t), on_panic);
+        }
     }
 
     /// Ends the current leader's turn and wakes the writer at the queue's front to lead next.
