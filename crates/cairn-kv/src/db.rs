@@ -451,7 +451,7 @@ impl Db {
         }
         inner.queue.write(
             req,
-            |group| crate::write::lead_group(inner, group),
+            |group, defer_sync| crate::write::lead_group(inner, group, defer_sync),
             |group, led| crate::write::apply_group(inner, group, led),
             |why| inner.poison(why),
         )

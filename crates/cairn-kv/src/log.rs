@@ -86,6 +86,14 @@ impl LogWriter {
         self.file.sync().at(&self.path)
     }
 
+    /// Hands every record added so far to the operating system and returns their sync, to run
+    /// later (on any thread, while more records are added): once it succeeds they are
+    /// durable. See [`crate::storage::WritableFile::sync_later`].
+    pub fn sync_later(&mut self) -> Result<PendingSync> {
+        let run = self.file.sync_later().at(&self.path)?;
+        Ok(PendingSync { run, path: self.path.clone() })
+    }
+
     /// Makes every record durable and trims space the file reserved past them; the log takes
     /// no more records. Used on the write-ahead log at a memtable switch and a clean close. (A
     /// log that was never finished, after a crash, may end in reserved zeros; the reader stops
@@ -114,6 +122,19 @@ impl LogWriter {
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// A log's sync returned by [`LogWriter::sync_later`], not yet run.
+pub struct PendingSync {
+    run: crate::storage::DeferredSync,
+    path: PathBuf,
+}
+
+impl PendingSync {
+    /// Runs the sync: once it returns `Ok`, every record added before it was made is durable.
+    pub fn run(self) -> Result<()> {
+        (self.run)().at(&self.path)
     }
 }
 

@@ -69,7 +69,19 @@ pub trait WritableFile: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Hands buffered bytes to the operating system and returns a sync of them to run later,
+    /// on any thread, while more bytes are appended: once it returns `Ok`, every byte appended
+    /// before this call is durable (later ones may be too). The write path syncs a group's
+    /// log record this way after letting the next group write its own, so that the two
+    /// syncs can overlap. The default syncs now and returns a sync with nothing left to do.
+    fn sync_later(&mut self) -> io::Result<DeferredSync> {
+        self.sync()?;
+        Ok(Box::new(|| Ok(())))
+    }
 }
+
+/// A sync returned by [`WritableFile::sync_later`].
+pub type DeferredSync = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
 /// A file read at arbitrary offsets, shared between threads.
 pub trait RandomAccessFile: Send + Sync {

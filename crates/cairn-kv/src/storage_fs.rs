@@ -10,7 +10,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::storage::{FileLock, RandomAccessFile, Storage, WritableFile};
+use crate::storage::{DeferredSync, FileLock, RandomAccessFile, Storage, WritableFile};
 
 /// Real files through `std::fs`.
 #[derive(Clone, Copy, Debug, Default)]
@@ -27,7 +27,8 @@ impl FsStorage {
 const BUF: usize = 64 << 10;
 
 struct FsWritable {
-    file: File,
+    /// Shared with deferred syncs (see [`WritableFile::sync_later`]).
+    file: Arc<File>,
     buf: Vec<u8>,
     /// Bytes appended, buffered ones included.
     len: u64,
@@ -40,7 +41,7 @@ impl WritableFile for FsWritable {
         }
         if data.len() >= BUF {
             // Larger than the buffer: copying it there would only cost time.
-            self.file.write_all(data)?;
+            (&*self.file).write_all(data)?;
         } else {
             self.buf.extend_from_slice(data);
         }
@@ -50,7 +51,7 @@ impl WritableFile for FsWritable {
 
     fn flush(&mut self) -> io::Result<()> {
         if !self.buf.is_empty() {
-            self.file.write_all(&self.buf)?;
+            (&*self.file).write_all(&self.buf)?;
             self.buf.clear();
         }
         Ok(())
@@ -59,6 +60,12 @@ impl WritableFile for FsWritable {
     fn sync(&mut self) -> io::Result<()> {
         self.flush()?;
         self.file.sync_data()
+    }
+
+    fn sync_later(&mut self) -> io::Result<DeferredSync> {
+        self.flush()?;
+        let file = Arc::clone(&self.file);
+        Ok(Box::new(move || file.sync_data()))
     }
 
     fn len(&self) -> u64 {
@@ -115,7 +122,7 @@ impl Storage for FsStorage {
 
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         let file = OpenOptions::new().write(true).create(true).truncate(true).open(path)?;
-        Ok(Box::new(FsWritable { file, buf: Vec::with_capacity(BUF), len: 0 }))
+        Ok(Box::new(FsWritable { file: Arc::new(file), buf: Vec::with_capacity(BUF), len: 0 }))
     }
 
     /// A memory-mapped log ([`crate::storage_mmap::MappedLog`]): no system call per append.

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use parking_lot::Mutex;
 
-use crate::storage::{FileLock, RandomAccessFile, Storage, WritableFile};
+use crate::storage::{DeferredSync, FileLock, RandomAccessFile, Storage, WritableFile};
 
 /// One file: what a reader sees now, and what a power cut would leave.
 #[derive(Default)]
@@ -66,6 +66,9 @@ struct State {
     sync_delay: Option<Duration>,
     /// Successful file syncs so far.
     syncs: u64,
+    /// File syncs under way, and the most seen at once.
+    syncing: usize,
+    max_syncing: usize,
 }
 
 /// In-memory storage with power-cut simulation and fault injection (see the module docs).
@@ -202,6 +205,11 @@ impl MemStorage {
         self.state.lock().syncs
     }
 
+    /// The most file syncs that were ever under way at once.
+    pub fn max_concurrent_syncs(&self) -> usize {
+        self.state.lock().max_syncing
+    }
+
     /// An independent deep copy of the storage as it is now (live and durable state), with no
     /// locks held and no fault injection: lets a test replay the same starting point many times.
     pub fn clone_state(&self) -> MemStorage {
@@ -262,31 +270,46 @@ impl WritableFile for MemWritable {
     }
 
     fn sync(&mut self) -> io::Result<()> {
-        let delay = {
-            let mut s = self.storage.state.lock();
-            if let Permit::Torn = s.mutate(self.generation)? {
-                return Err(power_loss());
-            }
-            if s.sync_failure {
-                return Err(fsync_failure());
-            }
-            s.sync_delay
-        };
-        if let Some(d) = delay {
-            std::thread::sleep(d);
-        }
-        let mut s = self.storage.state.lock();
-        // A crash or death during the delay: the sync never completed.
-        s.check(self.generation)?;
-        s.syncs += 1;
-        let mut n = self.node.lock();
-        n.durable = n.data.clone();
-        Ok(())
+        sync_node(&self.storage, &self.node, self.generation)
+    }
+
+    fn sync_later(&mut self) -> io::Result<DeferredSync> {
+        self.flush()?;
+        let (storage, node, generation) = (self.storage.clone(), self.node.clone(), self.generation);
+        Ok(Box::new(move || sync_node(&storage, &node, generation)))
     }
 
     fn len(&self) -> u64 {
         self.len
     }
+}
+
+/// Syncs a file written by a writer of `generation`: after the configured delay (a crash or
+/// death meanwhile fails it), everything appended to it so far is durable.
+fn sync_node(storage: &MemStorage, node: &NodeRef, generation: u64) -> io::Result<()> {
+    let delay = {
+        let mut s = storage.state.lock();
+        if let Permit::Torn = s.mutate(generation)? {
+            return Err(power_loss());
+        }
+        if s.sync_failure {
+            return Err(fsync_failure());
+        }
+        s.syncing += 1;
+        s.max_syncing = s.max_syncing.max(s.syncing);
+        s.sync_delay
+    };
+    if let Some(d) = delay {
+        std::thread::sleep(d);
+    }
+    let mut s = storage.state.lock();
+    s.syncing -= 1;
+    // A crash or death during the delay: the sync never completed.
+    s.check(generation)?;
+    s.syncs += 1;
+    let mut n = node.lock();
+    n.durable = n.data.clone();
+    Ok(())
 }
 
 struct MemRandom {

@@ -27,9 +27,9 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::ptr::NonNull;
-use std::sync::mpsc;
+use std::sync::{Arc, mpsc};
 
-use crate::storage::WritableFile;
+use crate::storage::{DeferredSync, WritableFile};
 
 /// Bytes per mapped segment.
 const SEGMENT: usize = 4 << 20;
@@ -51,7 +51,8 @@ impl Drop for Segment {
 
 /// A log file appended to through a shared mapping of the segment being written.
 pub(crate) struct MappedLog {
-    file: File,
+    /// Shared with deferred syncs (see [`WritableFile::sync_later`]).
+    file: Arc<File>,
     /// The mapped segment (its index and mapping). Filled segments are unmapped, so that their
     /// dirty pages are written back like a plain file's (no mapped pages to write-protect).
     current: Option<(usize, Segment)>,
@@ -173,7 +174,7 @@ impl MappedLog {
     fn create_with(path: &Path, want_helpers: bool) -> io::Result<MappedLog> {
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
         let mut log = MappedLog {
-            file,
+            file: Arc::new(file),
             current: None,
             reserved: 0,
             len: 0,
@@ -330,6 +331,13 @@ impl WritableFile for MappedLog {
 
     fn sync(&mut self) -> io::Result<()> {
         self.file.sync_data()
+    }
+
+    fn sync_later(&mut self) -> io::Result<DeferredSync> {
+        // `fdatasync` through any descriptor of the file writes back the pages dirtied
+        // through the map, including those another thread dirties meanwhile.
+        let file = Arc::clone(&self.file);
+        Ok(Box::new(move || file.sync_data()))
     }
 
     fn len(&self) -> u64 {
