@@ -31,7 +31,9 @@ impl SledEngine {
             match s.durability {
                 crate::engine::Durability::Nosync => "nosync (sled's own flush every 500 ms)",
                 crate::engine::Durability::Groupsync =>
-                    "groupsync (Db::flush after each write; concurrent flushes share sled's log writes)",
+                    "groupsync (Db::flush after each write; concurrent flushes share sled's log writes) LACKS a durable \
+                     sync: on Linux sled 0.34 ends a flush in sync_file_range, not fsync, which does not flush the \
+                     disk's volatile write cache (sled issue #1452), so a power cut can lose flushed writes",
             }
         );
         Ok(SledEngine { db, sync: AtomicBool::new(false), settings })
