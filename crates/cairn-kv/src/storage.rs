@@ -83,6 +83,13 @@ pub trait WritableFile: Send {
 /// A sync returned by [`WritableFile::sync_later`].
 pub type DeferredSync = Box<dyn FnOnce() -> io::Result<()> + Send>;
 
+/// A deferred `fdatasync` of `file` (for files whose appends are already in the operating
+/// system).
+pub(crate) fn sync_data_later(file: &Arc<std::fs::File>) -> DeferredSync {
+    let file = Arc::clone(file);
+    Box::new(move || file.sync_data())
+}
+
 /// A file read at arbitrary offsets, shared between threads.
 pub trait RandomAccessFile: Send + Sync {
     /// Reads exactly `len` bytes at `offset`; a short file is an `UnexpectedEof` error.

@@ -64,8 +64,7 @@ impl WritableFile for FsWritable {
 
     fn sync_later(&mut self) -> io::Result<DeferredSync> {
         self.flush()?;
-        let file = Arc::clone(&self.file);
-        Ok(Box::new(move || file.sync_data()))
+        Ok(crate::storage::sync_data_later(&self.file))
     }
 
     fn len(&self) -> u64 {

@@ -336,8 +336,7 @@ impl WritableFile for MappedLog {
     fn sync_later(&mut self) -> io::Result<DeferredSync> {
         // `fdatasync` through any descriptor of the file writes back the pages dirtied
         // through the map, including those another thread dirties meanwhile.
-        let file = Arc::clone(&self.file);
-        Ok(Box::new(move || file.sync_data()))
+        Ok(crate::storage::sync_data_later(&self.file))
     }
 
     fn len(&self) -> u64 {

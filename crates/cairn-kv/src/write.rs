@@ -33,14 +33,17 @@ use crate::{Error, Result};
 pub(crate) struct Led {
     reqs: Vec<WriteRequest>,
     results: Vec<Result<()>>,
-    insert: Insert,
-    /// The sync of the group's record, when deferred to the apply step.
-    sync: Option<PendingSync>,
+    insert: Option<Insert>,
 }
 
-/// The super version whose memtable takes a group's writes and the group's first sequence
-/// number; `None` when there is nothing to insert.
-type Insert = Option<(Arc<SuperVersion>, SeqNo)>;
+/// What a group whose record was logged inserts: the super version whose memtable takes its
+/// writes, its first sequence number, and the sync of its record when deferred to the apply
+/// step.
+struct Insert {
+    sv: Arc<SuperVersion>,
+    base: SeqNo,
+    sync: Option<PendingSync>,
+}
 
 /// The lead step of one group, run by the queue's leader (one group at a time): room in the
 /// memtable, validation, and the group's WAL record, which fixes its sequence numbers. With
@@ -48,34 +51,28 @@ type Insert = Option<(Arc<SuperVersion>, SeqNo)>;
 pub(crate) fn lead_group(inner: &Arc<DbInner>, group: &[&Slot], defer_sync: bool) -> Led {
     let mut reqs: Vec<WriteRequest> =
         group.iter().map(|s| s.request.lock().take()).map(|r| r.unwrap_or_else(empty_req)).collect();
-    let (results, insert, sync) = lead(inner, &mut reqs, defer_sync);
-    Led { reqs, results, insert, sync }
+    let (results, insert) = lead(inner, &mut reqs, defer_sync);
+    Led { reqs, results, insert }
 }
 
-/// The apply step of one group, overlapping the next group's lead step: memtable inserts,
-/// then publication of the group's sequence numbers once every earlier group's are; every
+/// The apply step of one group, overlapping the next group's lead step: the record's sync if
+/// it was deferred, memtable inserts, then publication of the group's sequence numbers once every earlier group's are; every
 /// slot gets its result.
 pub(crate) fn apply_group(inner: &Arc<DbInner>, group: &[&Slot], led: Led) {
-    let Led { reqs, mut results, mut insert, sync } = led;
-    if let Some(sync) = sync
-        && let Err(e) = sync.run()
-    {
-        inner.poison(format!("write-ahead log sync failed: {e}"));
-        inner.seqs.abandon();
-        insert = None;
-        for r in results.iter_mut().filter(|r| r.is_ok()) {
-            *r = Err(clone_err(&e));
-        }
-    }
-    if let Some((sv, base)) = insert {
-        // If the inserts panic, the group's numbers are never published: the later groups
-        // waiting for them must fail instead of waiting forever.
-        let _abandon = AbandonOnUnwind(&inner.seqs);
-        let included = reqs.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(q, _)| &q.batch);
-        let next = insert_batches(inner, &sv, base, included);
-        if let Err(e) = inner.seqs.publish(base, next - 1) {
-            for r in results.iter_mut().filter(|r| r.is_ok()) {
-                *r = Err(clone_err(&e));
+    let Led { reqs, mut results, insert } = led;
+    if let Some(Insert { sv, base, sync }) = insert {
+        if let Err(e) = sync.map_or(Ok(()), PendingSync::run) {
+            inner.poison(format!("write-ahead log sync failed: {e}"));
+            inner.seqs.abandon();
+            fail_included(&mut results, &e);
+        } else {
+            // If the inserts panic, the group's numbers are never published: the later groups
+            // waiting for them must fail instead of waiting forever.
+            let _abandon = AbandonOnUnwind(&inner.seqs);
+            let included = reqs.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(q, _)| &q.batch);
+            let next = insert_batches(inner, &sv, base, included);
+            if let Err(e) = inner.seqs.publish(base, next - 1) {
+                fail_included(&mut results, &e);
             }
         }
     }
@@ -85,6 +82,13 @@ pub(crate) fn apply_group(inner: &Arc<DbInner>, group: &[&Slot], led: Led) {
     for ((slot, req), r) in group.iter().zip(reqs).zip(results) {
         *slot.request.lock() = Some(req);
         slot.finish(r);
+    }
+}
+
+/// Fails every request of a group that had not failed yet with (a copy of) `e`.
+fn fail_included(results: &mut [Result<()>], e: &Error) {
+    for r in results.iter_mut().filter(|r| r.is_ok()) {
+        *r = Err(clone_err(e));
     }
 }
 
@@ -104,25 +108,21 @@ fn empty_req() -> WriteRequest {
     WriteRequest { batch: WriteBatch::new(), sync: false, validation: None }
 }
 
-fn lead(
-    inner: &Arc<DbInner>,
-    reqs: &mut [WriteRequest],
-    defer_sync: bool,
-) -> (Vec<Result<()>>, Insert, Option<PendingSync>) {
+fn lead(inner: &Arc<DbInner>, reqs: &mut [WriteRequest], defer_sync: bool) -> (Vec<Result<()>>, Option<Insert>) {
     let fail_all = |e: &Error| reqs.iter().map(|_| Err(clone_err(e))).collect::<Vec<_>>();
     if let Err(e) = inner.check_poisoned() {
-        return (fail_all(&e), None, None);
+        return (fail_all(&e), None);
     }
     let mut wal = inner.wal.lock();
     let bytes: usize = reqs.iter().map(|r| r.batch.approximate_size()).sum();
     if let Err(e) = make_room(inner, &mut wal, bytes as u64) {
-        return (fail_all(&e), None, None);
+        return (fail_all(&e), None);
     }
     let any_txn = reqs.iter().any(|r| r.validation.is_some());
     // Validation looks for writes after a snapshot: those of earlier groups must be in the
     // memtable first.
     if any_txn && let Err(e) = inner.seqs.wait_all_published() {
-        return (fail_all(&e), None, None);
+        return (fail_all(&e), None);
     }
     let sv = inner.sv.load_full();
     let mut results: Vec<Result<()>> = Vec::with_capacity(reqs.len());
@@ -140,7 +140,7 @@ fn lead(
     let included = || reqs.iter().zip(&results).filter(|(_, r)| r.is_ok()).map(|(q, _)| &q.batch);
     let count: u64 = included().map(|b| b.count() as u64).sum();
     if count == 0 {
-        return (results, None, None);
+        return (results, None);
     }
     let sync = reqs.iter().zip(&results).any(|(q, r)| r.is_ok() && q.sync);
     let base = inner.seqs.allocated() + 1;
@@ -155,17 +155,17 @@ fn lead(
         (true, false) => wal.writer.sync().map(|()| None),
         (true, true) => wal.writer.sync_later().map(Some),
     });
-    let pending = match logged {
-        Ok(pending) => pending,
+    let sync = match logged {
+        Ok(sync) => sync,
         Err(e) => {
             inner.poison(format!("write-ahead log write failed: {e}"));
             let results = results.into_iter().map(|r| r.and(Err(clone_err(&e)))).collect();
-            return (results, None, None);
+            return (results, None);
         }
     };
     inner.counters.add_wal_bytes(record_len as u64);
     inner.seqs.set_allocated(base + count - 1);
-    (results, Some((sv, base)), pending)
+    (results, Some(Insert { sv, base, sync }))
 }
 
 /// Inserts `batches` into `sv`'s memtable with sequence numbers from `base`; returns the

@@ -217,8 +217,8 @@ impl WriteQueue {
         // lower with it, and the next leader waited about 25 us instead of 6-9 us for the
         // woken writer to join its commit delay (perhaps the host's I/O work and wake-ups
         // wait for a busy virtual processor; not traced further).
-        let slow_sync = || self.sync_ns.load(Ordering::Relaxed) > SLOW_SYNC.as_nanos() as u64;
-        let spin = if req.sync && slow_sync() { Duration::ZERO } else { SPIN };
+        let slow_sync = req.sync && self.sync_ns.load(Ordering::Relaxed) > SLOW_SYNC.as_nanos() as u64;
+        let spin = if slow_sync { Duration::ZERO } else { SPIN };
         let slot = Arc::new(Slot::new(req));
         slot.queued.store(true, Ordering::Relaxed);
         q.waiting.push_back(slot.clone());
