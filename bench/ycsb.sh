@@ -25,7 +25,8 @@
 # rate, write stall time by cause, intra-L0 compactions, tables and MiB per level; RocksDB: its
 # "rocksdb.stats" property); CAIRN_BENCH_DEBUG=2 also prints cairn's level 0 and levels every
 # second. CAIRN_BENCH_COMPACTION_NICE=N runs cairn's compactions out of levels 1+ at nice +N instead of
-# its default (for experiments; the settings line shows the value used).
+# its default (for experiments; the settings line shows the value used). CAIRN_BENCH_SYNC_PACING=0
+# turns off cairn's pacing of compactions by sync latency while synced writes happen (same).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGIME=${1:-small}

@@ -355,7 +355,7 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
                     match run_child(&exe, !go, e, path, &db, t, &a.settings) {
                         Ok(r) => {
                             eprintln!(
-                                "[{}/{}] {} t{} {:<7} {:>10.0} ops/s  p99 {:>8.1} µs  load {:>9.0} ops/s",
+                                "[{}/{}] {} t{} {:<7} {:>10.0} ops/s  p99 {:>8.1} µs  load {:>9.0} ops/s{}",
                                 rep + 1,
                                 a.repeat.max(1),
                                 w.letter().to_ascii_uppercase(),
@@ -363,7 +363,8 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
                                 e,
                                 r.ops_per_sec,
                                 r.p99_us,
-                                r.load_ops_per_sec
+                                r.load_ops_per_sec,
+                                if r.max_us > 0.0 { format!("  max {:.1} ms", r.max_us / 1e3) } else { String::new() }
                             );
                             writeln!(results_file, "{}", serde_json::to_string(&r)?)?;
                             results.push(r);

@@ -46,6 +46,9 @@ pub struct RunResult {
     pub p99_us: f64,
     /// 99.9th percentile op latency, microseconds.
     pub p999_us: f64,
+    /// Longest op, microseconds (in the raw results only).
+    #[serde(default)]
+    pub max_us: f64,
     /// User + system CPU seconds of the process over the run phase (background threads included).
     pub cpu_secs: f64,
     /// CPU microseconds per run-phase op.
@@ -222,6 +225,7 @@ pub fn run_one(
     r.p50_us = hist.value_at_quantile(0.5) as f64 / 1e3;
     r.p99_us = hist.value_at_quantile(0.99) as f64 / 1e3;
     r.p999_us = hist.value_at_quantile(0.999) as f64 / 1e3;
+    r.max_us = hist.max() as f64 / 1e3;
     r.write_amp = r.disk_write_bytes as f64 / r.user_bytes.max(1) as f64;
     Ok(r)
 }

@@ -139,7 +139,7 @@ const L0_URGENT: f64 = 1e9;
 
 /// Level-0 tables (not being compacted) from which level 0 is urgent: halfway from the
 /// compaction trigger to the slowdown trigger.
-fn l0_urgent_files(opts: &Options) -> usize {
+pub(crate) fn l0_urgent_files(opts: &Options) -> usize {
     (opts.level0_compaction_trigger + opts.level0_slowdown_trigger).div_ceil(2)
 }
 
@@ -555,6 +555,7 @@ fn merge_range(
     if inner.opts.prepopulate_block_cache {
         out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);
     }
+    out.pace(inner.pacer.clone(), c.level);
     let mut alloc = || inner.state.lock().alloc_file_no();
     let mut read_bytes = 0u64;
     match lo {

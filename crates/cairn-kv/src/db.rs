@@ -128,6 +128,8 @@ pub(crate) struct DbInner {
     poison_reason: Mutex<Option<String>>,
     pub shutting_down: AtomicBool,
     pub counters: Counters,
+    /// Paces compactions while synced writes happen ([`Options::sync_pacing`]).
+    pub pacer: Arc<crate::pacer::Pacer>,
     #[cfg(feature = "failpoints")]
     pub failpoint_hook: Mutex<Option<FailpointHook>>,
     _lock: Box<dyn FileLock>,
@@ -155,6 +157,7 @@ impl DbInner {
             imms: state.imms.iter().rev().cloned().collect(),
             version: state.version.clone(),
         };
+        let pacer = Arc::new(crate::pacer::Pacer::new(opts.sync_pacing));
         DbInner {
             dir,
             opts,
@@ -172,6 +175,7 @@ impl DbInner {
             poison_reason: Mutex::new(None),
             shutting_down: AtomicBool::new(false),
             counters: Counters::default(),
+            pacer,
             #[cfg(feature = "failpoints")]
             failpoint_hook: Mutex::new(None),
             _lock: lock,

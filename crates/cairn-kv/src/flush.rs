@@ -10,8 +10,9 @@ use crate::error::IoContext;
 use crate::key::{self, SeqNo, ValueKind};
 use crate::memtable::Memtable;
 use crate::options::TableOptions;
+use crate::pacer::{CHUNK, Pacer};
 use crate::range_del::FragmentedTombstones;
-use crate::storage::Storage;
+use crate::storage::{Storage, WritableFile};
 use crate::table_builder::{TableBuilder, WarmPolicy};
 use crate::table_cache::TableCache;
 use crate::version_edit::FileInfo;
@@ -88,6 +89,9 @@ pub(crate) struct TableOutput<'a> {
     builder: Option<TableBuilder>,
     /// The block cache new tables' data blocks go to as they are written, and how.
     warm: Option<(Arc<BlockCache>, WarmPolicy)>,
+    /// The pacer, the level compacted out of and the bytes per pacing step, for compaction
+    /// output.
+    paced: Option<(Arc<Pacer>, usize, u64)>,
     last_user_key: Vec<u8>,
     pub finished: Vec<FileInfo>,
     pub bytes_written: u64,
@@ -102,6 +106,7 @@ impl<'a> TableOutput<'a> {
             target_size,
             builder: None,
             warm: None,
+            paced: None,
             last_user_key: Vec::new(),
             finished: Vec::new(),
             bytes_written: 0,
@@ -111,6 +116,13 @@ impl<'a> TableOutput<'a> {
     /// Puts the data blocks of the tables written in `cache` as they are written, by `policy`.
     pub fn warm(&mut self, cache: Arc<BlockCache>, policy: WarmPolicy) {
         self.warm = Some((cache, policy));
+    }
+
+    /// Paces the tables written by `pacer`, as output of a compaction out of `level`, in
+    /// steps of [`CHUNK`] bytes (or a quarter of the table size if smaller).
+    pub fn pace(&mut self, pacer: Arc<Pacer>, level: usize) {
+        let chunk = CHUNK.min(self.target_size / 4).max(4096);
+        self.paced = Some((pacer, level, chunk));
     }
 
     /// Adds an entry, starting a new table (numbered by `alloc`) when needed. Tables are only
@@ -126,7 +138,10 @@ impl<'a> TableOutput<'a> {
         if self.builder.is_none() {
             let no = alloc();
             let path = TableCache::table_path(self.dir, no);
-            let file = self.storage.create(&path).at(&path)?;
+            let mut file = self.storage.create(&path).at(&path)?;
+            if let Some((pacer, level, chunk)) = &self.paced {
+                file = Box::new(PacedFile { file, pacer: pacer.clone(), level: *level, chunk: *chunk, unpaced: 0 });
+            }
             let mut b = TableBuilder::new(file, path, self.topts);
             if let Some((cache, policy)) = &self.warm {
                 b.warm(cache.clone(), no, *policy);
@@ -186,6 +201,52 @@ impl<'a> TableOutput<'a> {
             f.tombstones_applied = applied;
         }
         Ok((self.finished, self.bytes_written))
+    }
+}
+
+/// A compaction's output file: while the pacer is on, every `chunk` bytes it waits as the
+/// pacer asks and starts writing them back to the device (see [`crate::pacer`]).
+struct PacedFile {
+    file: Box<dyn WritableFile>,
+    pacer: Arc<Pacer>,
+    level: usize,
+    chunk: u64,
+    unpaced: u64,
+}
+
+impl WritableFile for PacedFile {
+    fn append(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.file.append(data)?;
+        self.unpaced += data.len() as u64;
+        if self.unpaced >= self.chunk {
+            if self.pacer.active() {
+                self.pacer.pace(self.level, self.unpaced);
+                self.file.write_back()?;
+            }
+            self.unpaced = 0;
+        }
+        Ok(())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+    fn sync(&mut self) -> std::io::Result<()> {
+        self.file.sync()
+    }
+    fn len(&self) -> u64 {
+        self.file.len()
+    }
+    fn finish(&mut self) -> std::io::Result<()> {
+        self.file.finish()
+    }
+    fn seal(&mut self) -> std::io::Result<()> {
+        self.file.seal()
+    }
+    fn write_back(&mut self) -> std::io::Result<()> {
+        self.file.write_back()
+    }
+    fn sync_later(&mut self) -> std::io::Result<crate::storage::DeferredSync> {
+        self.file.sync_later()
     }
 }
 

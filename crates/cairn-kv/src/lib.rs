@@ -45,6 +45,7 @@ mod flush;
 mod manifest;
 mod memtable;
 mod merge_iter;
+mod pacer;
 mod prefetch;
 pub mod range_del;
 mod recovery;

@@ -89,6 +89,16 @@ pub struct Options {
     /// offers the lower priority for its whole compaction pool, as
     /// `Env::LowerThreadPoolCPUPriority`.)
     pub compaction_nice: i32,
+    /// While synced writes happen, compactions write at a rate paced by those writes' sync
+    /// latency and write their output back to the device as they go, instead of at full
+    /// speed and in one burst per table (default true). On a disk with a write cache every
+    /// sync also flushes what compactions wrote since the last one; pacing keeps a synced
+    /// write from waiting for compaction bytes. Compactions out of level 0 are not paced when
+    /// level 0 is halfway from its compaction trigger to the slowdown trigger; flushes never
+    /// are. Without synced writes it changes nothing. (RocksDB's nearest is its opt-in
+    /// `rate_limiter` with `auto_tuned`, which follows pending compaction work rather than
+    /// the latency of syncs.)
+    pub sync_pacing: bool,
     /// A clean close flushes the memtables when they hold at least this many bytes (default
     /// 1 MiB; 0 never flushes at close). The next open then has no log to replay, which is what
     /// short-lived processes (a CLI command after one that wrote a lot) pay for otherwise.
@@ -122,6 +132,7 @@ impl Default for Options {
             compaction_threads: 2,
             max_subcompactions: 2,
             compaction_nice: 10,
+            sync_pacing: true,
             flush_on_close_bytes: 1 << 20,
         }
     }

@@ -69,6 +69,14 @@ pub trait WritableFile: Send {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// Hands buffered bytes to the operating system and starts writing every byte appended so
+    /// far to the device without waiting for it (`sync_file_range(SYNC_FILE_RANGE_WRITE)` on
+    /// Linux): the bytes then reach the device as they are written rather than in one burst at
+    /// the final sync. Not a sync: nothing is durable until [`WritableFile::sync`]. The
+    /// default only hands buffered bytes over.
+    fn write_back(&mut self) -> io::Result<()> {
+        self.flush()
+    }
     /// Hands buffered bytes to the operating system and returns a sync of them to run later,
     /// on any thread, while more bytes are appended: once it returns `Ok`, every byte appended
     /// before this call is durable (later ones may be too). The write path syncs a group's

@@ -69,6 +69,8 @@ struct State {
     /// File syncs under way, and the most seen at once.
     syncing: usize,
     max_syncing: usize,
+    /// Calls of `WritableFile::write_back`.
+    write_backs: u64,
 }
 
 /// In-memory storage with power-cut simulation and fault injection (see the module docs).
@@ -205,6 +207,12 @@ impl MemStorage {
         self.state.lock().syncs
     }
 
+    /// Calls of [`WritableFile::write_back`] so far (each only hands bytes over: memory has no
+    /// write-back to start).
+    pub fn write_backs(&self) -> u64 {
+        self.state.lock().write_backs
+    }
+
     /// The most file syncs that were ever under way at once.
     pub fn max_concurrent_syncs(&self) -> usize {
         self.state.lock().max_syncing
@@ -271,6 +279,12 @@ impl WritableFile for MemWritable {
 
     fn sync(&mut self) -> io::Result<()> {
         sync_node(&self.storage, &self.node, self.generation)
+    }
+
+    fn write_back(&mut self) -> io::Result<()> {
+        self.flush()?;
+        self.storage.state.lock().write_backs += 1;
+        Ok(())
     }
 
     fn sync_later(&mut self) -> io::Result<DeferredSync> {

@@ -61,7 +61,7 @@ pub(crate) fn lead_group(inner: &Arc<DbInner>, group: &[&Slot], defer_sync: bool
 pub(crate) fn apply_group(inner: &Arc<DbInner>, group: &[&Slot], led: Led) {
     let Led { reqs, mut results, insert } = led;
     if let Some(Insert { sv, base, sync }) = insert {
-        if let Err(e) = sync.map_or(Ok(()), PendingSync::run) {
+        if let Err(e) = sync.map_or(Ok(()), |s| timed_sync(inner, || s.run())) {
             inner.poison(format!("write-ahead log sync failed: {e}"));
             inner.seqs.abandon();
             fail_included(&mut results, &e);
@@ -83,6 +83,14 @@ pub(crate) fn apply_group(inner: &Arc<DbInner>, group: &[&Slot], led: Led) {
         *slot.request.lock() = Some(req);
         slot.finish(r);
     }
+}
+
+/// Runs a synced group's log sync and tells the pacer how long it took.
+fn timed_sync(inner: &DbInner, sync: impl FnOnce() -> Result<()>) -> Result<()> {
+    let start = Instant::now();
+    let r = sync();
+    inner.pacer.on_sync(start.elapsed());
+    r
 }
 
 /// Fails every request of a group that had not failed yet with (a copy of) `e`.
@@ -152,7 +160,7 @@ fn lead(inner: &Arc<DbInner>, reqs: &mut [WriteRequest], defer_sync: bool) -> (V
     let logged = wal.writer.add_record_parts(&parts).and_then(|_| wal.writer.flush());
     let logged = logged.and_then(|()| match (sync, defer_sync) {
         (false, _) => Ok(None),
-        (true, false) => wal.writer.sync().map(|()| None),
+        (true, false) => timed_sync(inner, || wal.writer.sync()).map(|()| None),
         (true, true) => wal.writer.sync_later().map(Some),
     });
     let sync = match logged {

@@ -36,11 +36,14 @@ impl CairnEngine {
                 .ok()
                 .and_then(|s| s.parse().ok())
                 .unwrap_or(Options::default().compaction_nice),
+            // For experiments: CAIRN_BENCH_SYNC_PACING=0 turns pacing off (printed too).
+            sync_pacing: std::env::var("CAIRN_BENCH_SYNC_PACING").as_deref() != Ok("0"),
             ..Options::default()
         };
         let settings = format!(
             "memtable {} MiB (+ up to {} frozen), block {} B, bloom {} bits/key, compression {:?}, block cache {} MiB, \
              {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread; compactions out of levels 1+ at nice +{}, out of level 0 at normal priority) + 1 flush thread, \
+             compactions paced by sync latency while synced writes happen: {}, \
              durability {} (WAL fsync per write, group-committed across writers)",
             s.memtable_mb,
             opts.max_immutable_memtables,
@@ -51,6 +54,7 @@ impl CairnEngine {
             opts.compaction_threads,
             opts.max_subcompactions,
             opts.compaction_nice,
+            if opts.sync_pacing { "yes" } else { "no" },
             s.durability.as_str(),
         );
         let settings = if s.durability == Durability::Nosync {
@@ -70,14 +74,17 @@ impl CairnEngine {
                     std::thread::sleep(std::time::Duration::from_secs(1));
                     let s = db.stats();
                     eprintln!(
-                        "MON {:.0}s l0 {} ({} MiB) slow {} ms intra {} comp {} flushes {} levels {:?}",
+                        "MON {:.0}s l0 {} ({} MiB) stall {} ms slow {} ms intra {} comp {} flushes {} paced {} ms rate {} MiB/s levels {:?}",
                         t0.elapsed().as_secs_f64(),
                         s.levels[0].tables,
                         s.levels[0].bytes >> 20,
+                        s.stall_micros / 1000,
                         s.stall_slowdown_micros / 1000,
                         s.intra_l0_compactions,
                         s.compactions,
                         s.flushes,
+                        s.compaction_paced_micros / 1000,
+                        s.compaction_pace_rate.map_or("-".to_string(), |r| (r >> 20).to_string()),
                         s.levels.iter().skip(1).map(|l| l.bytes >> 20).collect::<Vec<_>>()
                     );
                 }
@@ -128,7 +135,7 @@ impl Engine for CairnEngine {
         if std::env::var_os("CAIRN_BENCH_DEBUG").is_some() {
             let s = self.db.stats();
             eprintln!(
-                "DEBUG slowdown {} ms stop {} ms intra-L0 {} cache hits {} misses {} ({:.1}% hit) usage {} MiB stall {} ms compactions {} levels {:?}",
+                "DEBUG slowdown {} ms stop {} ms intra-L0 {} cache hits {} misses {} ({:.1}% hit) usage {} MiB stall {} ms compactions {} paced {} ms levels {:?}",
                 s.stall_slowdown_micros / 1000,
                 s.stall_stop_micros / 1000,
                 s.intra_l0_compactions,
@@ -138,6 +145,7 @@ impl Engine for CairnEngine {
                 s.block_cache_bytes >> 20,
                 s.stall_micros / 1000,
                 s.compactions,
+                s.compaction_paced_micros / 1000,
                 s.levels.iter().map(|l| (l.tables, l.bytes >> 20)).collect::<Vec<_>>()
             );
         }

@@ -1,0 +1,366 @@
+//! Compactions yield the device to synced writes.
+//!
+//! A synced write waits for `fdatasync` of its log record, and on a disk with a volatile write
+//! cache that sync flushes the cache: every byte compactions sent to the device since the
+//! previous sync is flushed with it. A compaction writing at full speed (hundreds of MiB/s,
+//! and at the end of each table a sync of whatever the kernel had not written back yet) thus
+//! makes each synced write wait for its bytes. Compaction work is debt (read and space
+//! amplification), which can wait; the synced writer cannot.
+//!
+//! So while synced writes happen (one finished within [`ACTIVE`]), compaction output is
+//! written back in [`CHUNK`] steps at a paced rate, set by the latency of those syncs as a
+//! congestion window is by round-trip times (as LEDBAT, a background transfer that yields to
+//! interactive traffic): the lowest sync latency seen lately is the latency of an idle device;
+//! while the smoothed latency stays within [`target`] of it, the rate grows by [`GAIN`] per
+//! second; above it, the rate halves (at most every [`CUT_EVERY`]), down to [`MIN_RATE`], so
+//! the debt is still paid. Compactions out of level 0 are paced too unless level 0 holds so
+//! many tables that writers are about to be slowed (see [`Pacer::set_urgent`]); flushes never
+//! are. Without synced writes nothing is paced and compactions write as before.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+/// A synced write finished within this long ago: pacing is on.
+pub(crate) const ACTIVE: Duration = Duration::from_secs(1);
+/// The lowest sync latency is taken over the current and the previous window of this length,
+/// so that it follows a device that got slower for good.
+const WINDOW: Duration = Duration::from_secs(10);
+/// Compaction output is paced and written back in steps of this many bytes.
+pub(crate) const CHUNK: u64 = 1 << 20;
+/// Rate when pacing starts.
+const START_RATE: f64 = (16 << 20) as f64;
+/// The rate never goes below this, so that compaction debt is still paid.
+const MIN_RATE: f64 = (4 << 20) as f64;
+/// Nor above this.
+const MAX_RATE: f64 = (2u64 << 30) as f64;
+/// Rate growth per second while syncs keep their latency.
+const GAIN: f64 = (32 << 20) as f64;
+/// At most one halving of the rate per this long (the syncs already under way when the rate
+/// was cut still carry the bytes written before it).
+const CUT_EVERY: Duration = Duration::from_millis(100);
+/// Unused allowance carried forward at most this long: a burst after a pause stays short.
+const BURST: Duration = Duration::from_millis(20);
+
+/// The sync latency above which the device is taken to be busy with compaction bytes: twice
+/// the idle latency, plus 100 µs of slack for the small, noisy latencies of fast devices.
+pub(crate) fn target(base: Duration) -> Duration {
+    base * 2 + Duration::from_micros(100)
+}
+
+/// The pacing state; times are given, so that tests can drive it.
+#[derive(Debug)]
+pub(crate) struct Control {
+    last_sync: Option<Instant>,
+    window_start: Option<Instant>,
+    cur_min: Duration,
+    prev_min: Duration,
+    /// Smoothed sync latency (1/8 of each new sample).
+    smoothed: Duration,
+    /// Bytes per second.
+    rate: f64,
+    last_cut: Option<Instant>,
+    last_raise: Option<Instant>,
+    /// When the bytes paced so far are due.
+    next: Option<Instant>,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Control {
+            last_sync: None,
+            window_start: None,
+            cur_min: Duration::MAX,
+            prev_min: Duration::MAX,
+            smoothed: Duration::ZERO,
+            rate: START_RATE,
+            last_cut: None,
+            last_raise: None,
+            next: None,
+        }
+    }
+}
+
+impl Control {
+    /// Whether synced writes happen, as of `now`.
+    pub fn active(&self, now: Instant) -> bool {
+        self.last_sync.is_some_and(|t| now.saturating_duration_since(t) < ACTIVE)
+    }
+
+    /// Bytes per second compactions may write while pacing is on.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// A synced write's sync took `took`, finishing at `now`.
+    pub fn on_sync(&mut self, now: Instant, took: Duration) {
+        if !self.active(now) {
+            // Pacing starts again from the start rate and a fresh smoothed latency.
+            self.rate = START_RATE;
+            self.smoothed = took;
+            self.last_cut = None;
+            self.last_raise = Some(now);
+            self.next = None;
+        }
+        self.last_sync = Some(now);
+        match self.window_start {
+            Some(start) if now.saturating_duration_since(start) < WINDOW => self.cur_min = self.cur_min.min(took),
+            _ => {
+                self.prev_min = self.cur_min;
+                self.cur_min = took;
+                self.window_start = Some(now);
+            }
+        }
+        self.smoothed = (self.smoothed * 7 + took) / 8;
+        let base = self.cur_min.min(self.prev_min);
+        let raised = self.last_raise.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        self.last_raise = Some(now);
+        if self.smoothed > target(base) {
+            if self.last_cut.is_none_or(|t| now.saturating_duration_since(t) >= CUT_EVERY) {
+                self.rate = (self.rate / 2.0).max(MIN_RATE);
+                self.last_cut = Some(now);
+            }
+        } else {
+            self.rate = (self.rate + GAIN * raised.as_secs_f64()).min(MAX_RATE);
+        }
+    }
+
+    /// How long a compaction that wrote `bytes` more waits before writing on, as of `now`;
+    /// zero while no synced writes happen.
+    pub fn delay(&mut self, now: Instant, bytes: u64) -> Duration {
+        if !self.active(now) {
+            self.next = None;
+            return Duration::ZERO;
+        }
+        let from = match self.next {
+            Some(next) if next + BURST > now => next,
+            _ => now.checked_sub(BURST).unwrap_or(now),
+        };
+        let next = from + Duration::from_secs_f64(bytes as f64 / self.rate);
+        self.next = Some(next);
+        next.saturating_duration_since(now)
+    }
+}
+
+/// The engine's pacer: [`Control`] behind a lock, and whether level 0 is urgent.
+#[derive(Debug, Default)]
+pub(crate) struct Pacer {
+    control: Mutex<Control>,
+    urgent: AtomicBool,
+    disabled: bool,
+    /// Microseconds compactions waited.
+    waited: AtomicU64,
+}
+
+impl Pacer {
+    /// A pacer that paces (`enabled`) or never does.
+    pub fn new(enabled: bool) -> Self {
+        Pacer { disabled: !enabled, ..Pacer::default() }
+    }
+
+    /// Reports the latency of a synced write's sync.
+    pub fn on_sync(&self, took: Duration) {
+        if !self.disabled {
+            self.control.lock().on_sync(Instant::now(), took);
+        }
+    }
+
+    /// Whether compaction output is paced now.
+    pub fn active(&self) -> bool {
+        !self.disabled && self.control.lock().active(Instant::now())
+    }
+
+    /// Level 0 holds so many tables that its compactions must not wait.
+    pub fn set_urgent(&self, urgent: bool) {
+        self.urgent.store(urgent, Ordering::Relaxed);
+    }
+
+    /// Waits as long as the rate asks after a compaction (out of `level`) wrote `bytes` more.
+    pub fn pace(&self, level: usize, bytes: u64) {
+        if self.disabled || (level == 0 && self.urgent.load(Ordering::Relaxed)) {
+            return;
+        }
+        let wait = self.control.lock().delay(Instant::now(), bytes);
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+            self.waited.fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Microseconds compactions waited so far.
+    pub fn waited_micros(&self) -> u64 {
+        self.waited.load(Ordering::Relaxed)
+    }
+
+    /// The current rate in bytes per second, if pacing is on.
+    pub fn current_rate(&self) -> Option<f64> {
+        let c = self.control.lock();
+        c.active(Instant::now()).then(|| c.rate())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+    const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn off_without_synced_writes() {
+        let mut c = Control::default();
+        let t0 = Instant::now();
+        assert!(!c.active(t0));
+        assert_eq!(c.delay(t0, 64 << 20), Duration::ZERO);
+        c.on_sync(t0, 300 * US);
+        assert!(c.active(t0 + 500 * MS));
+        assert!(!c.active(t0 + ACTIVE), "pacing stops a second after the last synced write");
+        assert_eq!(c.delay(t0 + ACTIVE, 64 << 20), Duration::ZERO);
+    }
+
+    #[test]
+    fn delays_follow_the_rate() {
+        let mut c = Control::default();
+        let t0 = Instant::now();
+        c.on_sync(t0, 300 * US);
+        let rate = c.rate();
+        // Back to back chunks: the first rides on the burst allowance, then each waits a
+        // chunk's time at the rate.
+        let first = c.delay(t0, CHUNK);
+        let second = c.delay(t0, CHUNK);
+        let per_chunk = Duration::from_secs_f64(CHUNK as f64 / rate);
+        assert_eq!(first, per_chunk - BURST);
+        assert_eq!(second, per_chunk * 2 - BURST);
+        // After a long pause the allowance is only the burst.
+        let later = t0 + 900 * MS;
+        assert_eq!(c.delay(later, CHUNK), per_chunk - BURST);
+    }
+
+    #[test]
+    fn slow_syncs_halve_the_rate_and_fast_ones_raise_it() {
+        let mut c = Control::default();
+        let mut t = Instant::now();
+        for _ in 0..50 {
+            c.on_sync(t, 300 * US);
+            t += MS;
+        }
+        let grown = c.rate();
+        assert!(grown > START_RATE, "steady latency raises the rate: {grown}");
+        assert!(grown <= START_RATE + GAIN * 0.05 + 1.0);
+        // Latency climbs far above twice the idle one: the smoothed latency crosses the target
+        // within a few syncs and the rate halves, once per CUT_EVERY at most.
+        for _ in 0..10 {
+            c.on_sync(t, 5 * MS);
+            t += MS;
+        }
+        assert_eq!(c.rate(), grown / 2.0);
+        for _ in 0..200 {
+            c.on_sync(t, 5 * MS);
+            t += MS;
+        }
+        assert!(c.rate() < grown / 4.0);
+        for _ in 0..10_000 {
+            c.on_sync(t, 5 * MS);
+            t += MS;
+        }
+        assert_eq!(c.rate(), MIN_RATE, "the rate stops at its floor");
+    }
+
+    #[test]
+    fn a_device_that_stays_slower_becomes_the_new_idle() {
+        let mut c = Control::default();
+        let mut t = Instant::now();
+        c.on_sync(t, 100 * US);
+        // Every sync takes 2 ms from now on: after two windows that is the idle latency and
+        // the rate grows again.
+        for _ in 0..(2 * WINDOW.as_millis() as usize / 10 + 10) {
+            t += 10 * MS;
+            c.on_sync(t, 2 * MS);
+        }
+        let before = c.rate();
+        t += 10 * MS;
+        c.on_sync(t, 2 * MS);
+        assert!(c.rate() > before);
+    }
+
+    #[test]
+    fn restarting_after_a_pause_starts_over() {
+        let mut c = Control::default();
+        let mut t = Instant::now();
+        c.on_sync(t, 100 * US);
+        for _ in 0..1000 {
+            t += MS;
+            c.on_sync(t, 5 * MS);
+        }
+        c.on_sync(t, 100 * US);
+        assert!(c.rate() < START_RATE);
+        t += ACTIVE * 2;
+        c.on_sync(t, 100 * US);
+        assert_eq!(c.rate(), START_RATE);
+    }
+
+    #[test]
+    fn the_pacer_skips_urgent_level0_and_disabled() {
+        let p = Pacer::new(true);
+        p.on_sync(Duration::from_micros(100));
+        assert!(p.active());
+        p.set_urgent(true);
+        let t = Instant::now();
+        p.pace(0, 256 << 20);
+        assert!(t.elapsed() < Duration::from_secs(1), "urgent level-0 compactions are not paced");
+        let off = Pacer::new(false);
+        off.on_sync(Duration::from_micros(100));
+        assert!(!off.active());
+        off.pace(3, 256 << 20);
+        assert!(t.elapsed() < Duration::from_secs(1));
+    }
+
+    /// Under synced writes, compaction output is paced and written back as it goes; with
+    /// pacing off it is not; a power cut loses no acknowledged write either way.
+    #[test]
+    fn compactions_under_synced_writes_are_paced_and_lose_nothing() {
+        use crate::{Db, MemStorage, Options, WriteBatch, WriteOptions};
+        use std::sync::Arc;
+        for pacing in [true, false] {
+            let storage = MemStorage::new();
+            storage.set_sync_delay(Duration::from_micros(100));
+            let opts = Options { sync_pacing: pacing, ..Options::small_for_tests() };
+            let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
+            let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+            let mut value = || {
+                (0..1000)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect::<Vec<u8>>()
+            };
+            let keys = 2000;
+            for i in 0..(keys / 10) {
+                let mut b = WriteBatch::new();
+                for j in 0..10 {
+                    // Every key once, in an order that spreads each batch over the key space.
+                    let k = (i * 10 + j) * 7919 % keys;
+                    b.put(format!("key{k:06}"), value()).unwrap();
+                }
+                db.write_opt(b, WriteOptions { sync: true }).unwrap();
+            }
+            let s = db.stats();
+            assert!(s.compactions > 0, "the test needs compactions");
+            if pacing {
+                assert!(storage.write_backs() > 0, "compaction output was written back while synced writes happened");
+            } else {
+                assert_eq!(storage.write_backs(), 0);
+                assert_eq!(s.compaction_paced_micros, 0);
+                assert_eq!(s.compaction_pace_rate, None);
+            }
+            drop(db);
+            storage.crash();
+            let db = Db::open_with_storage("/db", opts, Arc::new(storage.clone())).unwrap();
+            assert_eq!(db.iter().count(), keys as usize, "pacing={pacing}");
+        }
+    }
+}
