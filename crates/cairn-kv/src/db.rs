@@ -342,6 +342,7 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     if inner.shutting_down.swap(true, Ordering::AcqRel) {
         return Ok(());
     }
+    inner.pacer.stop();
     {
         let _st = inner.state.lock();
         inner.bg_cv.notify_all();

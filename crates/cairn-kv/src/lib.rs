@@ -66,6 +66,7 @@ pub use db::FailpointHook;
 pub use db::{Db, WriteOptions};
 pub use db_iter::{Iter, KvPair, prefix_successor};
 pub use key::SeqNo;
+pub use pacer::PaceStats;
 pub use snapshot::Snapshot;
 pub use stats::{LevelStats, Stats};
 pub use txn::{Transaction, retry_backoff, with_retries};

@@ -10,7 +10,9 @@
 //! So while synced writes happen (one finished within [`ACTIVE`]), compaction output is
 //! written back in [`CHUNK`] steps at a paced rate, set by the latency of those syncs as a
 //! congestion window is by round-trip times (as LEDBAT, a background transfer that yields to
-//! interactive traffic): the lowest sync latency seen lately is the latency of an idle device;
+//! interactive traffic): the smoothed sync latency (1/8 of each sample) is compared with the
+//! lowest it was lately, taken as the latency of an idle device (the lowest single sample is
+//! no such thing: a sync overlapping another that already flushed the cache returns at once);
 //! while the smoothed latency stays within [`target`] of it, the rate grows by [`GAIN`] per
 //! second; above it, the rate halves (at most every [`CUT_EVERY`]), down to [`MIN_RATE`], so
 //! the debt is still paid. Compactions out of level 0 are paced too unless level 0 holds so
@@ -24,8 +26,8 @@ use parking_lot::Mutex;
 
 /// A synced write finished within this long ago: pacing is on.
 pub(crate) const ACTIVE: Duration = Duration::from_secs(1);
-/// The lowest sync latency is taken over the current and the previous window of this length,
-/// so that it follows a device that got slower for good.
+/// The lowest smoothed sync latency is taken over the current and the previous window of this
+/// length, so that it follows a device that got slower for good.
 const WINDOW: Duration = Duration::from_secs(10);
 /// Compaction output is paced and written back in steps of this many bytes.
 pub(crate) const CHUNK: u64 = 1 << 20;
@@ -47,6 +49,18 @@ const BURST: Duration = Duration::from_millis(20);
 /// the idle latency, plus 100 µs of slack for the small, noisy latencies of fast devices.
 pub(crate) fn target(base: Duration) -> Duration {
     base * 2 + Duration::from_micros(100)
+}
+
+/// Compaction pacing while synced writes happen ([`crate::Options::sync_pacing`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PaceStats {
+    /// Bytes per second compactions may write.
+    pub rate: u64,
+    /// Sync latency taken for the idle device's (the lowest smoothed latency of the last
+    /// 10-20 s), microseconds.
+    pub idle_sync_micros: u64,
+    /// Smoothed latency of synced writes' log syncs, microseconds.
+    pub smoothed_sync_micros: u64,
 }
 
 /// The pacing state; times are given, so that tests can drive it.
@@ -93,6 +107,11 @@ impl Control {
         self.rate
     }
 
+    /// The sync latency taken for an idle device's.
+    pub fn idle(&self) -> Duration {
+        self.cur_min.min(self.prev_min)
+    }
+
     /// A synced write's sync took `took`, finishing at `now`.
     pub fn on_sync(&mut self, now: Instant, took: Duration) {
         if !self.active(now) {
@@ -104,16 +123,18 @@ impl Control {
             self.next = None;
         }
         self.last_sync = Some(now);
+        self.smoothed = (self.smoothed * 7 + took) / 8;
         match self.window_start {
-            Some(start) if now.saturating_duration_since(start) < WINDOW => self.cur_min = self.cur_min.min(took),
+            Some(start) if now.saturating_duration_since(start) < WINDOW => {
+                self.cur_min = self.cur_min.min(self.smoothed);
+            }
             _ => {
                 self.prev_min = self.cur_min;
-                self.cur_min = took;
+                self.cur_min = self.smoothed;
                 self.window_start = Some(now);
             }
         }
-        self.smoothed = (self.smoothed * 7 + took) / 8;
-        let base = self.cur_min.min(self.prev_min);
+        let base = self.idle();
         let raised = self.last_raise.map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         self.last_raise = Some(now);
         if self.smoothed > target(base) {
@@ -148,6 +169,8 @@ impl Control {
 pub(crate) struct Pacer {
     control: Mutex<Control>,
     urgent: AtomicBool,
+    /// Set at shutdown: no compaction waits any more.
+    stopped: AtomicBool,
     disabled: bool,
     /// Microseconds compactions waited.
     waited: AtomicU64,
@@ -176,16 +199,30 @@ impl Pacer {
         self.urgent.store(urgent, Ordering::Relaxed);
     }
 
-    /// Waits as long as the rate asks after a compaction (out of `level`) wrote `bytes` more.
+    /// Waits as long as the rate asks after a compaction (out of `level`) wrote `bytes` more
+    /// (in slices of at most 10 ms, so that a shutdown ends the wait).
     pub fn pace(&self, level: usize, bytes: u64) {
         if self.disabled || (level == 0 && self.urgent.load(Ordering::Relaxed)) {
             return;
         }
         let wait = self.control.lock().delay(Instant::now(), bytes);
-        if !wait.is_zero() {
-            std::thread::sleep(wait);
-            self.waited.fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+        if wait.is_zero() {
+            return;
         }
+        let start = Instant::now();
+        while !self.stopped.load(Ordering::Acquire) {
+            let left = wait.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                break;
+            }
+            std::thread::sleep(left.min(Duration::from_millis(10)));
+        }
+        self.waited.fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Ends every wait, now and later (the engine is shutting down).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
     }
 
     /// Microseconds compactions waited so far.
@@ -193,10 +230,14 @@ impl Pacer {
         self.waited.load(Ordering::Relaxed)
     }
 
-    /// The current rate in bytes per second, if pacing is on.
-    pub fn current_rate(&self) -> Option<f64> {
+    /// The pacing state, if pacing is on.
+    pub fn stats(&self) -> Option<PaceStats> {
         let c = self.control.lock();
-        c.active(Instant::now()).then(|| c.rate())
+        c.active(Instant::now()).then(|| PaceStats {
+            rate: c.rate() as u64,
+            idle_sync_micros: c.idle().as_micros() as u64,
+            smoothed_sync_micros: c.smoothed.as_micros() as u64,
+        })
     }
 }
 
@@ -284,6 +325,21 @@ mod tests {
         assert!(c.rate() > before);
     }
 
+    /// Syncs that overlap: every other one finds the cache already flushed and returns at
+    /// once. The idle latency is the smoothed one, not those outliers, so steady latencies
+    /// raise the rate.
+    #[test]
+    fn fast_outliers_do_not_set_the_idle_latency() {
+        let mut c = Control::default();
+        let mut t = Instant::now();
+        for i in 0..2000 {
+            t += MS;
+            c.on_sync(t, if i % 2 == 0 { MS } else { 20 * US });
+        }
+        assert!(c.idle() > 300 * US, "idle {:?}", c.idle());
+        assert!(c.rate() > START_RATE, "rate {}", c.rate());
+    }
+
     #[test]
     fn restarting_after_a_pause_starts_over() {
         let mut c = Control::default();
@@ -309,6 +365,10 @@ mod tests {
         let t = Instant::now();
         p.pace(0, 256 << 20);
         assert!(t.elapsed() < Duration::from_secs(1), "urgent level-0 compactions are not paced");
+        p.set_urgent(false);
+        p.stop();
+        p.pace(3, 256 << 20);
+        assert!(t.elapsed() < Duration::from_secs(1), "a stopped pacer makes no compaction wait");
         let off = Pacer::new(false);
         off.on_sync(Duration::from_micros(100));
         assert!(!off.active());
@@ -355,7 +415,7 @@ mod tests {
             } else {
                 assert_eq!(storage.write_backs(), 0);
                 assert_eq!(s.compaction_paced_micros, 0);
-                assert_eq!(s.compaction_pace_rate, None);
+                assert_eq!(s.compaction_pacing, None);
             }
             drop(db);
             storage.crash();

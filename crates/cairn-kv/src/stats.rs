@@ -121,9 +121,9 @@ pub struct Stats {
     /// Time compactions waited, in microseconds, so that synced writes do not wait for their
     /// bytes ([`crate::Options::sync_pacing`]); parallel compactions add up.
     pub compaction_paced_micros: u64,
-    /// The rate compactions are paced to now, in bytes per second; `None` while no synced
-    /// writes happen (or pacing is off).
-    pub compaction_pace_rate: Option<u64>,
+    /// How compactions are paced now; `None` while no synced writes happen (or pacing is
+    /// off).
+    pub compaction_pacing: Option<crate::PaceStats>,
     /// Bytes held by the block cache.
     pub block_cache_bytes: u64,
     /// Block cache hits.
@@ -176,7 +176,7 @@ pub(crate) fn collect(inner: &DbInner) -> Stats {
         stall_slowdown_micros: g(&c.stall_slowdown_micros),
         stall_stop_micros: g(&c.stall_stop_micros),
         compaction_paced_micros: inner.pacer.waited_micros(),
-        compaction_pace_rate: inner.pacer.current_rate().map(|r| r as u64),
+        compaction_pacing: inner.pacer.stats(),
         block_cache_bytes: inner.block_cache.usage_bytes(),
         block_cache_hits: cache.hits,
         block_cache_misses: cache.misses,

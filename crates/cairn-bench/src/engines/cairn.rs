@@ -74,7 +74,7 @@ impl CairnEngine {
                     std::thread::sleep(std::time::Duration::from_secs(1));
                     let s = db.stats();
                     eprintln!(
-                        "MON {:.0}s l0 {} ({} MiB) stall {} ms slow {} ms intra {} comp {} flushes {} paced {} ms rate {} MiB/s levels {:?}",
+                        "MON {:.0}s l0 {} ({} MiB) stall {} ms slow {} ms intra {} comp {} flushes {} paced {} ms pace {} levels {:?}",
                         t0.elapsed().as_secs_f64(),
                         s.levels[0].tables,
                         s.levels[0].bytes >> 20,
@@ -84,7 +84,12 @@ impl CairnEngine {
                         s.compactions,
                         s.flushes,
                         s.compaction_paced_micros / 1000,
-                        s.compaction_pace_rate.map_or("-".to_string(), |r| (r >> 20).to_string()),
+                        s.compaction_pacing.map_or("-".to_string(), |p| format!(
+                            "{} MiB/s sync {}/{} us",
+                            p.rate >> 20,
+                            p.smoothed_sync_micros,
+                            p.idle_sync_micros
+                        )),
                         s.levels.iter().skip(1).map(|l| l.bytes >> 20).collect::<Vec<_>>()
                     );
                 }
