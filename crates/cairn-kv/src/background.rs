@@ -217,7 +217,7 @@ pub(crate) fn log_and_apply(inner: &DbInner, st: &mut State, mut edit: VersionEd
         }
     }
     st.version = Arc::new(next);
-    inner.pacer.set_urgent(st.version.levels[0].len() >= crate::compaction::l0_urgent_files(&inner.opts));
+    inner.pacer.set_urgent(st.version.levels[0].len() >= crate::pacer::l0_urgent_files(&inner.opts));
     inner.install_super_version(st);
     Ok(())
 }

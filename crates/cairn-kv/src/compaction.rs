@@ -139,7 +139,7 @@ const L0_URGENT: f64 = 1e9;
 
 /// Level-0 tables (not being compacted) from which level 0 is urgent: halfway from the
 /// compaction trigger to the slowdown trigger.
-pub(crate) fn l0_urgent_files(opts: &Options) -> usize {
+fn l0_urgent_files(opts: &Options) -> usize {
     (opts.level0_compaction_trigger + opts.level0_slowdown_trigger).div_ceil(2)
 }
 

@@ -93,9 +93,9 @@ pub struct Options {
     /// latency and write their output back to the device as they go, instead of at full
     /// speed and in one burst per table (default true). On a disk with a write cache every
     /// sync also flushes what compactions wrote since the last one; pacing keeps a synced
-    /// write from waiting for compaction bytes. Compactions out of level 0 are not paced when
-    /// level 0 is halfway from its compaction trigger to the slowdown trigger; flushes never
-    /// are. Without synced writes it changes nothing. (RocksDB's nearest is its opt-in
+    /// write from waiting for compaction bytes. Compactions out of level 0 are not paced once
+    /// level 0 is within `level0_compaction_trigger` tables of the slowdown trigger; flushes
+    /// never are. Without synced writes it changes nothing. (RocksDB's nearest is its opt-in
     /// `rate_limiter` with `auto_tuned`, which follows pending compaction work rather than
     /// the latency of syncs.)
     pub sync_pacing: bool,

@@ -16,8 +16,8 @@
 //! while the smoothed latency stays within [`target`] of it, the rate grows by [`GAIN`] per
 //! second; above it, the rate halves (at most every [`CUT_EVERY`]), down to [`MIN_RATE`], so
 //! the debt is still paid. Compactions out of level 0 are paced too unless level 0 holds so
-//! many tables that writers are about to be slowed (see [`Pacer::set_urgent`]); flushes never
-//! are. Without synced writes nothing is paced and compactions write as before.
+//! many tables that writers are about to be slowed ([`l0_urgent_files`]); flushes never are.
+//! Without synced writes nothing is paced and compactions write as before.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -44,6 +44,14 @@ const GAIN: f64 = (32 << 20) as f64;
 const CUT_EVERY: Duration = Duration::from_millis(100);
 /// Unused allowance carried forward at most this long: a burst after a pause stays short.
 const BURST: Duration = Duration::from_millis(20);
+
+/// Level-0 tables from which compactions out of level 0 are not paced: one compaction
+/// trigger's worth below the slowdown trigger (16 by default), where a few more flushes would
+/// slow writers. Below it a synced writer, whose writes come at the pace of its syncs, gains
+/// more from the device than from a level-0 compaction finishing sooner.
+pub(crate) fn l0_urgent_files(opts: &crate::Options) -> usize {
+    opts.level0_slowdown_trigger.saturating_sub(opts.level0_compaction_trigger).max(opts.level0_compaction_trigger)
+}
 
 /// The sync latency above which the device is taken to be busy with compaction bytes: twice
 /// the idle latency, plus 100 µs of slack for the small, noisy latencies of fast devices.
@@ -247,6 +255,14 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
     const US: Duration = Duration::from_micros(1);
+
+    #[test]
+    fn level0_is_urgent_one_trigger_below_the_slowdown() {
+        assert_eq!(l0_urgent_files(&crate::Options::default()), 16);
+        assert_eq!(l0_urgent_files(&crate::Options::small_for_tests()), 6);
+        let close = crate::Options { level0_compaction_trigger: 4, level0_slowdown_trigger: 6, ..Default::default() };
+        assert_eq!(l0_urgent_files(&close), 4, "never below the compaction trigger");
+    }
 
     #[test]
     fn off_without_synced_writes() {
