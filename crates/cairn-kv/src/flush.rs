@@ -219,8 +219,7 @@ impl WritableFile for PacedFile {
         self.file.append(data)?;
         self.unpaced += data.len() as u64;
         if self.unpaced >= self.chunk {
-            if self.pacer.active() {
-                self.pacer.pace(self.level, self.unpaced);
+            if self.pacer.pace(self.level, self.unpaced) {
                 self.file.write_back()?;
             }
             self.unpaced = 0;

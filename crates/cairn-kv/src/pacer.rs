@@ -80,7 +80,7 @@ pub(crate) struct Control {
     prev_min: Duration,
     /// Smoothed sync latency (1/8 of each new sample).
     smoothed: Duration,
-    /// Bytes per second.
+    /// Bytes per second compactions may write while pacing is on.
     rate: f64,
     last_cut: Option<Instant>,
     last_raise: Option<Instant>,
@@ -108,11 +108,6 @@ impl Control {
     /// Whether synced writes happen, as of `now`.
     pub fn active(&self, now: Instant) -> bool {
         self.last_sync.is_some_and(|t| now.saturating_duration_since(t) < ACTIVE)
-    }
-
-    /// Bytes per second compactions may write while pacing is on.
-    pub fn rate(&self) -> f64 {
-        self.rate
     }
 
     /// The sync latency taken for an idle device's.
@@ -197,26 +192,29 @@ impl Pacer {
         }
     }
 
-    /// Whether compaction output is paced now.
-    pub fn active(&self) -> bool {
-        !self.disabled && self.control.lock().active(Instant::now())
-    }
-
     /// Level 0 holds so many tables that its compactions must not wait.
     pub fn set_urgent(&self, urgent: bool) {
         self.urgent.store(urgent, Ordering::Relaxed);
     }
 
     /// Waits as long as the rate asks after a compaction (out of `level`) wrote `bytes` more
-    /// (in slices of at most 10 ms, so that a shutdown ends the wait).
-    pub fn pace(&self, level: usize, bytes: u64) {
-        if self.disabled || (level == 0 && self.urgent.load(Ordering::Relaxed)) {
-            return;
+    /// (in slices of at most 10 ms, so that a shutdown ends the wait); returns whether synced
+    /// writes happen, when the caller starts write-back of those bytes (urgent level-0
+    /// compactions do not wait, but write back too).
+    pub fn pace(&self, level: usize, bytes: u64) -> bool {
+        if self.disabled {
+            return false;
         }
-        let wait = self.control.lock().delay(Instant::now(), bytes);
-        if wait.is_zero() {
-            return;
-        }
+        let wait = {
+            let (mut c, now) = (self.control.lock(), Instant::now());
+            if !c.active(now) {
+                return false;
+            }
+            if level == 0 && self.urgent.load(Ordering::Relaxed) {
+                return true;
+            }
+            c.delay(now, bytes)
+        };
         let start = Instant::now();
         while !self.stopped.load(Ordering::Acquire) {
             let left = wait.saturating_sub(start.elapsed());
@@ -226,6 +224,7 @@ impl Pacer {
             std::thread::sleep(left.min(Duration::from_millis(10)));
         }
         self.waited.fetch_add(start.elapsed().as_micros() as u64, Ordering::Relaxed);
+        true
     }
 
     /// Ends every wait, now and later (the engine is shutting down).
@@ -242,7 +241,7 @@ impl Pacer {
     pub fn stats(&self) -> Option<PaceStats> {
         let c = self.control.lock();
         c.active(Instant::now()).then(|| PaceStats {
-            rate: c.rate() as u64,
+            rate: c.rate as u64,
             idle_sync_micros: c.idle().as_micros() as u64,
             smoothed_sync_micros: c.smoothed.as_micros() as u64,
         })
@@ -281,7 +280,7 @@ mod tests {
         let mut c = Control::default();
         let t0 = Instant::now();
         c.on_sync(t0, 300 * US);
-        let rate = c.rate();
+        let rate = c.rate;
         // Back to back chunks: the first rides on the burst allowance, then each waits a
         // chunk's time at the rate.
         let first = c.delay(t0, CHUNK);
@@ -302,7 +301,7 @@ mod tests {
             c.on_sync(t, 300 * US);
             t += MS;
         }
-        let grown = c.rate();
+        let grown = c.rate;
         assert!(grown > START_RATE, "steady latency raises the rate: {grown}");
         assert!(grown <= START_RATE + GAIN * 0.05 + 1.0);
         // Latency climbs far above twice the idle one: the smoothed latency crosses the target
@@ -311,17 +310,17 @@ mod tests {
             c.on_sync(t, 5 * MS);
             t += MS;
         }
-        assert_eq!(c.rate(), grown / 2.0);
+        assert_eq!(c.rate, grown / 2.0);
         for _ in 0..200 {
             c.on_sync(t, 5 * MS);
             t += MS;
         }
-        assert!(c.rate() < grown / 4.0);
+        assert!(c.rate < grown / 4.0);
         for _ in 0..10_000 {
             c.on_sync(t, 5 * MS);
             t += MS;
         }
-        assert_eq!(c.rate(), MIN_RATE, "the rate stops at its floor");
+        assert_eq!(c.rate, MIN_RATE, "the rate stops at its floor");
     }
 
     #[test]
@@ -335,10 +334,10 @@ mod tests {
             t += 10 * MS;
             c.on_sync(t, 2 * MS);
         }
-        let before = c.rate();
+        let before = c.rate;
         t += 10 * MS;
         c.on_sync(t, 2 * MS);
-        assert!(c.rate() > before);
+        assert!(c.rate > before);
     }
 
     /// Syncs that overlap: every other one finds the cache already flushed and returns at
@@ -353,7 +352,7 @@ mod tests {
             c.on_sync(t, if i % 2 == 0 { MS } else { 20 * US });
         }
         assert!(c.idle() > 300 * US, "idle {:?}", c.idle());
-        assert!(c.rate() > START_RATE, "rate {}", c.rate());
+        assert!(c.rate > START_RATE, "rate {}", c.rate);
     }
 
     #[test]
@@ -366,29 +365,29 @@ mod tests {
             c.on_sync(t, 5 * MS);
         }
         c.on_sync(t, 100 * US);
-        assert!(c.rate() < START_RATE);
+        assert!(c.rate < START_RATE);
         t += ACTIVE * 2;
         c.on_sync(t, 100 * US);
-        assert_eq!(c.rate(), START_RATE);
+        assert_eq!(c.rate, START_RATE);
     }
 
     #[test]
     fn the_pacer_skips_urgent_level0_and_disabled() {
         let p = Pacer::new(true);
         p.on_sync(Duration::from_micros(100));
-        assert!(p.active());
+        assert!(p.stats().is_some());
         p.set_urgent(true);
         let t = Instant::now();
-        p.pace(0, 256 << 20);
+        assert!(p.pace(0, 256 << 20), "urgent level-0 output is still written back");
         assert!(t.elapsed() < Duration::from_secs(1), "urgent level-0 compactions are not paced");
         p.set_urgent(false);
         p.stop();
-        p.pace(3, 256 << 20);
+        assert!(p.pace(3, 256 << 20));
         assert!(t.elapsed() < Duration::from_secs(1), "a stopped pacer makes no compaction wait");
         let off = Pacer::new(false);
         off.on_sync(Duration::from_micros(100));
-        assert!(!off.active());
-        off.pace(3, 256 << 20);
+        assert!(off.stats().is_none());
+        assert!(!off.pace(3, 256 << 20), "a disabled pacer never asks for write-back");
         assert!(t.elapsed() < Duration::from_secs(1));
     }
 

@@ -69,22 +69,15 @@ impl WritableFile for FsWritable {
 
     fn write_back(&mut self) -> io::Result<()> {
         self.flush()?;
-        #[cfg(target_os = "linux")]
-        {
-            use std::os::fd::AsRawFd;
-            // SAFETY: a plain system call on an open descriptor; no memory is passed. Offset 0
-            // and length 0 mean the whole file: pages already under write-back are skipped.
-            #[allow(unsafe_code)]
-            let r = unsafe { libc::sync_file_range(self.file.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
-            if r != 0 {
-                let e = io::Error::last_os_error();
-                // A file system without it loses nothing: the final sync writes everything.
-                if !matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL | libc::ESPIPE)) {
-                    return Err(e);
-                }
+        match crate::storage_mmap::start_write_back(&self.file, 0, 0) {
+            // A file system without it loses nothing: the final sync writes everything.
+            Err(e)
+                if !matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EOPNOTSUPP | libc::EINVAL | libc::ESPIPE)) =>
+            {
+                Err(e)
             }
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn len(&self) -> u64 {
@@ -223,6 +216,21 @@ mod tests {
         f.sync().unwrap();
         assert_eq!(s.read_all(&p).unwrap(), b"hello world");
         assert!(!f.is_empty());
+    }
+
+    #[test]
+    fn write_back_hands_buffered_bytes_over_and_appends_go_on() {
+        let d = tempfile::tempdir().unwrap();
+        let s = FsStorage::new();
+        let p = d.path().join("f");
+        let mut f = s.create(&p).unwrap();
+        f.append(b"hello").unwrap();
+        f.write_back().unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"hello", "in the operating system after write_back");
+        f.append(b" world").unwrap();
+        f.write_back().unwrap();
+        f.sync().unwrap();
+        assert_eq!(s.read_all(&p).unwrap(), b"hello world");
     }
 
     #[test]

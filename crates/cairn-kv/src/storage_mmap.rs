@@ -19,7 +19,8 @@
 //! segment. Without the threads (if they cannot be started) the writer does both itself.
 //!
 //! Besides the arena skiplist, this is cairn-kv's only `unsafe` code: `mmap`, `madvise`,
-//! `munmap`, `fallocate`, `sync_file_range` and copies into the mapped segments.
+//! `munmap`, `fallocate`, `sync_file_range` (also for plain files' [`start_write_back`]) and
+//! copies into the mapped segments.
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
@@ -158,10 +159,21 @@ fn prepare_segment(file: &File, index: usize, reserve: bool, populate: bool) -> 
 /// per page. Best effort: a write-back error shows again at the next sync.
 fn retire_segment(file: &File, index: usize, segment: Segment) {
     drop(segment);
-    let Ok(off) = libc::off64_t::try_from(index as u64 * SEGMENT as u64) else { return };
-    // SAFETY: a plain system call on an open descriptor; it only starts write-back.
-    let _ =
-        unsafe { libc::sync_file_range(file.as_raw_fd(), off, SEGMENT as libc::off64_t, libc::SYNC_FILE_RANGE_WRITE) };
+    let _ = start_write_back(file, index as u64 * SEGMENT as u64, SEGMENT as u64);
+}
+
+/// Starts write-back of `len` bytes of `file` from `offset` (`len` 0: through the end) without
+/// waiting for it (`sync_file_range(SYNC_FILE_RANGE_WRITE)`); pages already under write-back
+/// are skipped.
+pub(crate) fn start_write_back(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let too_large = |_| io::Error::other("write-back range too large");
+    let (off, len) =
+        (libc::off64_t::try_from(offset).map_err(too_large)?, libc::off64_t::try_from(len).map_err(too_large)?);
+    // SAFETY: a plain system call on an open descriptor; no memory is passed.
+    if unsafe { libc::sync_file_range(file.as_raw_fd(), off, len, libc::SYNC_FILE_RANGE_WRITE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl MappedLog {
