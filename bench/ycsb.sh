@@ -27,6 +27,8 @@
 # second. CAIRN_BENCH_COMPACTION_NICE=N runs cairn's compactions out of levels 1+ at nice +N instead of
 # its default (for experiments; the settings line shows the value used). CAIRN_BENCH_SYNC_PACING=0
 # turns off cairn's pacing of compactions by sync latency while synced writes happen (same).
+# CAIRN_BENCH_SLOW_US=N prints, after each run, every op of the run phase that took N microseconds
+# or more (any engine): its start in milliseconds into the run, its kind and its latency.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REGIME=${1:-small}

@@ -99,10 +99,19 @@ fn load_thread(engine: &dyn Engine, stream: &Stream, t: usize, threads: usize) -
     Ok(bytes)
 }
 
-fn run_thread(engine: &dyn Engine, stream: &Stream, t: usize, threads: usize) -> Result<ThreadStats> {
+/// Operations slower than `CAIRN_BENCH_SLOW_US` microseconds (when set) are printed to stderr
+/// after the run, each with its start (milliseconds into the run) and kind: where a tail comes
+/// from in time.
+fn slow_threshold() -> Option<u64> {
+    std::env::var("CAIRN_BENCH_SLOW_US").ok().and_then(|v| v.parse::<u64>().ok()).map(|us| us * 1000)
+}
+
+fn run_thread(engine: &dyn Engine, stream: &Stream, t: usize, threads: usize, t0: Instant) -> Result<ThreadStats> {
     let mut s =
         ThreadStats { hist: Histogram::new(3)?, reads: 0, found: 0, scans: 0, scan_keys: 0, writes: 0, user_bytes: 0 };
     let mut key = Vec::with_capacity(32);
+    let slow = slow_threshold();
+    let mut slow_ops: Vec<(f64, OpKind, u64)> = Vec::new();
     for op in stream.reader(Phase::Run, t, threads)? {
         let op = op?;
         format_key(op.key, &mut key);
@@ -125,10 +134,16 @@ fn run_thread(engine: &dyn Engine, stream: &Stream, t: usize, threads: usize) ->
         }
         let nanos = start.elapsed().as_nanos() as u64;
         s.hist.record(nanos.max(1))?;
+        if slow.is_some_and(|limit| nanos >= limit) {
+            slow_ops.push(((start - t0).as_secs_f64() * 1e3, op.kind, nanos / 1000));
+        }
         if op.writes() {
             s.writes += 1;
             s.user_bytes += (key.len() + stream.spec.value_size as usize) as u64;
         }
+    }
+    for (at_ms, kind, us) in slow_ops {
+        eprintln!("SLOW thread {t} at {at_ms:.1} ms {kind:?} {us} us");
     }
     Ok(s)
 }
@@ -180,7 +195,7 @@ pub fn run_one(
     engine.set_sync(s.durability == engine::Durability::Groupsync);
     let cpu0 = measure::cpu_seconds()?;
     let t1 = Instant::now();
-    let per_thread = in_threads(threads, |t| run_thread(engine.as_ref(), &stream, t, threads))?;
+    let per_thread = in_threads(threads, |t| run_thread(engine.as_ref(), &stream, t, threads, t1))?;
     let run_secs = t1.elapsed().as_secs_f64();
     let cpu_secs = measure::cpu_seconds()? - cpu0;
 
