@@ -7,8 +7,9 @@ use std::thread::JoinHandle;
 
 use crate::compaction::Compaction;
 use crate::db::{DbInner, State};
-use crate::flush::build_table;
+use crate::flush::{TableOutput, build_table};
 use crate::manifest::ManifestWriter;
+use crate::table_builder::WarmPolicy;
 use crate::version_edit::VersionEdit;
 use crate::{Error, Result};
 
@@ -105,8 +106,13 @@ fn flush_loop(inner: &Arc<DbInner>) {
             st.flushing = true;
             (imm, st.alloc_file_no(), inner.snapshots.list())
         };
-        let warm = inner.opts.prepopulate_block_cache.then_some(&inner.block_cache);
-        let built = build_table(&inner.storage, &inner.dir, &inner.opts, file_no, &imm, &snapshots, warm);
+        let setup = |out: &mut TableOutput<'_>| {
+            if inner.opts.prepopulate_block_cache {
+                out.warm(inner.block_cache.clone(), WarmPolicy::Always);
+            }
+            out.pace(inner.pacer.clone(), crate::pacer::FLUSH, inner.opts.memtable_size as u64);
+        };
+        let built = build_table(&inner.storage, &inner.dir, &inner.opts, file_no, &imm, &snapshots, &setup);
         let mut st = inner.state.lock();
         st.flushing = false;
         let res = built.and_then(|info| {
@@ -218,6 +224,7 @@ pub(crate) fn log_and_apply(inner: &DbInner, st: &mut State, mut edit: VersionEd
     }
     st.version = Arc::new(next);
     inner.pacer.set_urgent(st.version.levels[0].len() >= crate::pacer::l0_urgent_files(&inner.opts));
+    inner.pacer.set_flush_urgent(crate::pacer::flush_urgent(&inner.opts, st.imms.len()));
     inner.install_super_version(st);
     Ok(())
 }

@@ -555,7 +555,7 @@ fn merge_range(
     if inner.opts.prepopulate_block_cache {
         out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);
     }
-    out.pace(inner.pacer.clone(), c.level);
+    out.pace(inner.pacer.clone(), c.level, target);
     let mut alloc = || inner.state.lock().alloc_file_no();
     let mut read_bytes = 0u64;
     match lo {

@@ -118,10 +118,11 @@ impl<'a> TableOutput<'a> {
         self.warm = Some((cache, policy));
     }
 
-    /// Paces the tables written by `pacer`, as output of a compaction out of `level`, in
-    /// steps of [`CHUNK`] bytes (or a quarter of the table size if smaller).
-    pub fn pace(&mut self, pacer: Arc<Pacer>, level: usize) {
-        let chunk = CHUNK.min(self.target_size / 4).max(4096);
+    /// Paces the tables written by `pacer`, as output of a compaction out of `level` (or of a
+    /// flush: [`crate::pacer::FLUSH`]), in steps of [`CHUNK`] bytes (or a quarter of the
+    /// expected table size, `table_size`, if smaller).
+    pub fn pace(&mut self, pacer: Arc<Pacer>, level: usize, table_size: u64) {
+        let chunk = CHUNK.min(table_size / 4).max(4096);
         self.paced = Some((pacer, level, chunk));
     }
 
@@ -250,8 +251,8 @@ impl WritableFile for PacedFile {
 }
 
 /// Writes the live content of a frozen memtable as table `file_no`; `None` when nothing
-/// survives the filter. `snapshots` are the live snapshots, ascending. With `warm`, the table's
-/// data blocks also go into that block cache.
+/// survives the filter. `snapshots` are the live snapshots, ascending. `setup` prepares the
+/// output before the first entry (a flush warms the block cache and is paced there).
 pub(crate) fn build_table(
     storage: &Arc<dyn Storage>,
     dir: &Path,
@@ -259,15 +260,13 @@ pub(crate) fn build_table(
     file_no: u64,
     mem: &Arc<Memtable>,
     snapshots: &[SeqNo],
-    warm: Option<&Arc<BlockCache>>,
+    setup: &dyn Fn(&mut TableOutput<'_>),
 ) -> Result<Option<FileInfo>> {
     let frag = mem.fragmented_tombstones();
     let max_tombstone = mem.range_tombstones().iter().map(|t| t.seq).max().unwrap_or(0);
     let mut filter = VersionFilter::new(snapshots, false, frag.as_deref());
     let mut out = TableOutput::new(storage, dir, opts, u64::MAX);
-    if let Some(cache) = warm {
-        out.warm(cache.clone(), WarmPolicy::Always);
-    }
+    setup(&mut out);
     let mut alloc = || file_no;
     for (k, v) in mem.entries() {
         if filter.keep(k) {

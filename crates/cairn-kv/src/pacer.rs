@@ -16,7 +16,9 @@
 //! while the smoothed latency stays within [`target`] of it, the rate grows by [`GAIN`] per
 //! second; above it, the rate halves (at most every [`CUT_EVERY`]), down to [`MIN_RATE`], so
 //! the debt is still paid. Compactions out of level 0 are paced too unless level 0 holds so
-//! many tables that writers are about to be slowed ([`l0_urgent_files`]); flushes never are.
+//! many tables that writers are being slowed ([`l0_urgent_files`]), and so are flushes unless
+//! as many memtables wait for flush as writers may fill before they stall
+//! ([`crate::Options::max_immutable_memtables`]).
 //! Without synced writes nothing is paced and compactions write as before.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,12 +47,21 @@ const CUT_EVERY: Duration = Duration::from_millis(100);
 /// Unused allowance carried forward at most this long: a burst after a pause stays short.
 const BURST: Duration = Duration::from_millis(20);
 
-/// Level-0 tables from which compactions out of level 0 are not paced: one compaction
-/// trigger's worth below the slowdown trigger (16 by default), where a few more flushes would
-/// slow writers. Below it a synced writer, whose writes come at the pace of its syncs, gains
-/// more from the device than from a level-0 compaction finishing sooner.
+/// Level-0 tables from which compactions out of level 0 are not paced: the slowdown trigger
+/// (20 by default), where writers start to be slowed for level 0's sake. Below it a synced
+/// writer, whose writes come at the pace of its syncs, gains more from the device than from a
+/// level-0 compaction finishing sooner: a bulk load without syncs can leave level 0 a few tables
+/// short of the slowdown trigger, and compacting that debt at full speed when synced writes
+/// begin made each of their syncs wait ~100 ms for the device (1 s in all, at the start of a
+/// run of synced writes).
 pub(crate) fn l0_urgent_files(opts: &crate::Options) -> usize {
-    opts.level0_slowdown_trigger.saturating_sub(opts.level0_compaction_trigger).max(opts.level0_compaction_trigger)
+    opts.level0_slowdown_trigger.max(opts.level0_compaction_trigger)
+}
+
+/// Whether flushes must not wait with `frozen` memtables waiting for flush: writers stall at
+/// the next full memtable.
+pub(crate) fn flush_urgent(opts: &crate::Options, frozen: usize) -> bool {
+    frozen >= opts.max_immutable_memtables.max(1)
 }
 
 /// The sync latency above which the device is taken to be busy with compaction bytes: twice
@@ -167,11 +178,15 @@ impl Control {
     }
 }
 
-/// The engine's pacer: [`Control`] behind a lock, and whether level 0 is urgent.
+/// The `level` of a flush's output for [`Pacer::pace`].
+pub(crate) const FLUSH: usize = usize::MAX;
+
+/// The engine's pacer: [`Control`] behind a lock, and whether level 0 and flushes are urgent.
 #[derive(Debug, Default)]
 pub(crate) struct Pacer {
     control: Mutex<Control>,
     urgent: AtomicBool,
+    flush_urgent: AtomicBool,
     /// Set at shutdown: no compaction waits any more.
     stopped: AtomicBool,
     disabled: bool,
@@ -197,10 +212,16 @@ impl Pacer {
         self.urgent.store(urgent, Ordering::Relaxed);
     }
 
-    /// Waits as long as the rate asks after a compaction (out of `level`) wrote `bytes` more
-    /// (in slices of at most 10 ms, so that a shutdown ends the wait); returns whether synced
-    /// writes happen, when the caller starts write-back of those bytes (urgent level-0
-    /// compactions do not wait, but write back too).
+    /// So many memtables wait for flush that writers stall at the next full one: flushes must
+    /// not wait.
+    pub fn set_flush_urgent(&self, urgent: bool) {
+        self.flush_urgent.store(urgent, Ordering::Relaxed);
+    }
+
+    /// Waits as long as the rate asks after a compaction (out of `level`; a flush: [`FLUSH`])
+    /// wrote `bytes` more (in slices of at most 10 ms, so that a shutdown ends the wait);
+    /// returns whether synced writes happen, when the caller starts write-back of those bytes
+    /// (urgent level-0 compactions and flushes do not wait, but write back too).
     pub fn pace(&self, level: usize, bytes: u64) -> bool {
         if self.disabled {
             return false;
@@ -210,7 +231,12 @@ impl Pacer {
             if !c.active(now) {
                 return false;
             }
-            if level == 0 && self.urgent.load(Ordering::Relaxed) {
+            let urgent = match level {
+                0 => self.urgent.load(Ordering::Relaxed),
+                FLUSH => self.flush_urgent.load(Ordering::Relaxed),
+                _ => false,
+            };
+            if urgent {
                 return true;
             }
             c.delay(now, bytes)
@@ -256,11 +282,21 @@ mod tests {
     const US: Duration = Duration::from_micros(1);
 
     #[test]
-    fn level0_is_urgent_one_trigger_below_the_slowdown() {
-        assert_eq!(l0_urgent_files(&crate::Options::default()), 16);
-        assert_eq!(l0_urgent_files(&crate::Options::small_for_tests()), 6);
-        let close = crate::Options { level0_compaction_trigger: 4, level0_slowdown_trigger: 6, ..Default::default() };
-        assert_eq!(l0_urgent_files(&close), 4, "never below the compaction trigger");
+    fn level0_is_urgent_at_the_slowdown_trigger() {
+        assert_eq!(l0_urgent_files(&crate::Options::default()), 20);
+        assert_eq!(l0_urgent_files(&crate::Options::small_for_tests()), 8);
+        let odd = crate::Options { level0_compaction_trigger: 4, level0_slowdown_trigger: 3, ..Default::default() };
+        assert_eq!(l0_urgent_files(&odd), 4, "never below the compaction trigger");
+    }
+
+    #[test]
+    fn flushes_are_urgent_when_writers_would_stall_at_the_next_full_memtable() {
+        let opts = crate::Options::default();
+        assert_eq!(opts.max_immutable_memtables, 2);
+        assert!(!flush_urgent(&opts, 1));
+        assert!(flush_urgent(&opts, 2));
+        let one = crate::Options { max_immutable_memtables: 0, ..Default::default() };
+        assert!(flush_urgent(&one, 1), "at least one frozen memtable is allowed");
     }
 
     #[test]
@@ -372,7 +408,7 @@ mod tests {
     }
 
     #[test]
-    fn the_pacer_skips_urgent_level0_and_disabled() {
+    fn the_pacer_skips_urgent_level0_and_flushes_and_disabled() {
         let p = Pacer::new(true);
         p.on_sync(Duration::from_micros(100));
         assert!(p.stats().is_some());
@@ -381,6 +417,10 @@ mod tests {
         assert!(p.pace(0, 256 << 20), "urgent level-0 output is still written back");
         assert!(t.elapsed() < Duration::from_secs(1), "urgent level-0 compactions are not paced");
         p.set_urgent(false);
+        p.set_flush_urgent(true);
+        assert!(p.pace(FLUSH, 256 << 20), "urgent flush output is still written back");
+        assert!(t.elapsed() < Duration::from_secs(1), "urgent flushes are not paced");
+        p.set_flush_urgent(false);
         p.stop();
         assert!(p.pace(3, 256 << 20));
         assert!(t.elapsed() < Duration::from_secs(1), "a stopped pacer makes no compaction wait");
@@ -389,6 +429,47 @@ mod tests {
         assert!(off.stats().is_none());
         assert!(!off.pace(3, 256 << 20), "a disabled pacer never asks for write-back");
         assert!(t.elapsed() < Duration::from_secs(1));
+    }
+
+    /// A flush under synced writes, with room for more frozen memtables, is paced too: its
+    /// table is written back as it goes.
+    #[test]
+    fn flushes_under_synced_writes_are_paced() {
+        use crate::{Db, MemStorage, Options, WriteOptions};
+        use std::sync::Arc;
+        let storage = MemStorage::new();
+        // No compactions out of level 0: only the flush writes tables.
+        let opts = Options {
+            level0_compaction_trigger: 100,
+            level0_slowdown_trigger: 200,
+            level0_stop_trigger: 300,
+            ..Options::small_for_tests()
+        };
+        let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
+        let (mut n, mut x) = (0u32, 0x9e37_79b9_7f4a_7c15_u64);
+        while db.stats().flushes == 0 {
+            // Values that do not compress, so that the table is as large as the memtable.
+            let value: Vec<u8> = (0..4000)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    x as u8
+                })
+                .collect();
+            let mut b = crate::WriteBatch::new();
+            b.put(format!("key{n:06}"), value).unwrap();
+            db.write_opt(b, WriteOptions { sync: true }).unwrap();
+            n += 1;
+            assert!(n < 10_000, "no flush");
+        }
+        // (The flushed table may be moved down whole, which writes nothing.)
+        assert_eq!(db.stats().compaction_bytes_written, 0, "only the flush wrote a table");
+        assert!(storage.write_backs() > 0, "the flush's table was written back while synced writes happened");
+        drop(db);
+        storage.crash();
+        let db = Db::open_with_storage("/db", opts, Arc::new(storage.clone())).unwrap();
+        assert_eq!(db.iter().count(), n as usize);
     }
 
     /// Under synced writes, compaction output is paced and written back as it goes; with
