@@ -223,8 +223,6 @@ pub(crate) fn log_and_apply(inner: &DbInner, st: &mut State, mut edit: VersionEd
         }
     }
     st.version = Arc::new(next);
-    inner.pacer.set_urgent(st.version.levels[0].len() >= crate::pacer::l0_urgent_files(&inner.opts));
-    inner.pacer.set_flush_urgent(crate::pacer::flush_urgent(&inner.opts, st.imms.len()));
     inner.install_super_version(st);
     Ok(())
 }

@@ -226,6 +226,10 @@ impl DbInner {
 
     /// Publishes a new super version from `state`.
     pub fn install_super_version(&self, state: &State) {
+        // What the pacer exempts follows the state readers see: level 0 near the slowdown
+        // trigger, and as many frozen memtables as writers may have before they stall.
+        self.pacer.set_urgent(state.version.levels[0].len() >= crate::pacer::l0_urgent_files(&self.opts));
+        self.pacer.set_flush_urgent(crate::pacer::flush_urgent(&self.opts, state.imms.len()));
         self.sv.store(Arc::new(SuperVersion {
             mem: state.mem.clone(),
             imms: state.imms.iter().rev().cloned().collect(),

@@ -446,19 +446,11 @@ mod tests {
             ..Options::small_for_tests()
         };
         let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
-        let (mut n, mut x) = (0u32, 0x9e37_79b9_7f4a_7c15_u64);
+        let mut n = 0u32;
         while db.stats().flushes == 0 {
             // Values that do not compress, so that the table is as large as the memtable.
-            let value: Vec<u8> = (0..4000)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
             let mut b = crate::WriteBatch::new();
-            b.put(format!("key{n:06}"), value).unwrap();
+            b.put(format!("key{n:06}"), crate::testing::noise(n.into(), 4000)).unwrap();
             db.write_opt(b, WriteOptions { sync: true }).unwrap();
             n += 1;
             assert!(n < 10_000, "no flush");
@@ -483,24 +475,13 @@ mod tests {
             storage.set_sync_delay(Duration::from_micros(100));
             let opts = Options { sync_pacing: pacing, ..Options::small_for_tests() };
             let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
-            let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-            let mut value = || {
-                (0..1000)
-                    .map(|_| {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
-                        x as u8
-                    })
-                    .collect::<Vec<u8>>()
-            };
             let keys = 2000;
             for i in 0..(keys / 10) {
                 let mut b = WriteBatch::new();
                 for j in 0..10 {
                     // Every key once, in an order that spreads each batch over the key space.
                     let k = (i * 10 + j) * 7919 % keys;
-                    b.put(format!("key{k:06}"), value()).unwrap();
+                    b.put(format!("key{k:06}"), crate::testing::noise(k as u64, 1000)).unwrap();
                 }
                 db.write_opt(b, WriteOptions { sync: true }).unwrap();
             }

@@ -354,7 +354,6 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
     wal.spare = Some(SpareLog::start(&inner.storage, &inner.dir, st.alloc_file_no()));
     let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number, inner.opts.memtable_size)));
     st.imms.push_back(old);
-    inner.pacer.set_flush_urgent(crate::pacer::flush_urgent(&inner.opts, st.imms.len()));
     inner.install_super_version(&st);
     inner.bg_cv.notify_all();
     Ok(())
