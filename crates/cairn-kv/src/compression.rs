@@ -132,9 +132,14 @@ pub fn decompress(tag: u8, data: Bytes, path: &Path, offset: u64) -> Result<Byte
     match tag {
         TAG_NONE => Ok(data),
         TAG_LZ4 => {
-            lz4_declared(&data, path, offset)?;
+            let (declared, _) = lz4_declared(&data, path, offset)?;
             let out =
                 lz4_flex::block::decompress_size_prepended(&data).map_err(|e| corrupt(format!("lz4 block: {e}")))?;
+            // lz4_flex returns what the sequences decode to, even when that is shorter than
+            // the header declares (a block cut after a literal run).
+            if out.len() != declared {
+                return Err(corrupt(format!("lz4 block decoded to {} bytes, header declares {declared}", out.len())));
+            }
             Ok(Bytes::from(out))
         }
         TAG_ZSTD => {
@@ -225,6 +230,19 @@ mod tests {
             assert_eq!(tag, TAG_NONE);
             assert_eq!(&*stored, &data[..]);
         }
+    }
+
+    /// A block whose sequences decode to fewer bytes than its header declares (found by
+    /// `pooled_decoding_matches_plain_decoding`: 16 MiB declared, a 12-byte literal run) is
+    /// corrupt for both decoders.
+    #[test]
+    fn lz4_blocks_shorter_than_declared_are_corrupt() {
+        let mut data = vec![0, 0, 0, 1, 0xC0];
+        data.extend_from_slice(&[0; 12]);
+        let e = decompress(TAG_LZ4, Bytes::from(data.clone()), Path::new("f"), 3).unwrap_err();
+        assert!(e.is_corruption() && e.to_string().contains("declares 16777216"), "{e}");
+        let e = decompress_pooled(TAG_LZ4, &data, Path::new("f"), 3).unwrap_err();
+        assert!(e.is_corruption() && e.to_string().contains("declares 16777216"), "{e}");
     }
 
     #[test]
