@@ -131,17 +131,7 @@ pub fn decompress(tag: u8, data: Bytes, path: &Path, offset: u64) -> Result<Byte
     let corrupt = |reason: String| Error::corruption(path, offset, reason);
     match tag {
         TAG_NONE => Ok(data),
-        TAG_LZ4 => {
-            let (declared, _) = lz4_declared(&data, path, offset)?;
-            let out =
-                lz4_flex::block::decompress_size_prepended(&data).map_err(|e| corrupt(format!("lz4 block: {e}")))?;
-            // lz4_flex returns what the sequences decode to, even when that is shorter than
-            // the header declares (a block cut after a literal run).
-            if out.len() != declared {
-                return Err(corrupt(format!("lz4 block decoded to {} bytes, header declares {declared}", out.len())));
-            }
-            Ok(Bytes::from(out))
-        }
+        TAG_LZ4 => lz4_decode(&data, path, offset, Vec::with_capacity).map(Bytes::from),
         TAG_ZSTD => {
             let declared = match zstd::zstd_safe::get_frame_content_size(&data) {
                 Ok(Some(n)) => n,
@@ -162,38 +152,37 @@ pub fn decompress(tag: u8, data: Bytes, path: &Path, offset: u64) -> Result<Byte
     }
 }
 
-/// The decoded size an LZ4 block's header declares (checked against
-/// [`MAX_DECOMPRESSED_LEN`]) and the compressed bytes after the header.
-fn lz4_declared<'a>(data: &'a [u8], path: &Path, offset: u64) -> Result<(usize, &'a [u8])> {
+/// Decodes an LZ4 block (its size prepended) into a buffer from `alloc` (given the capacity
+/// to allocate). The declared size is checked against [`MAX_DECOMPRESSED_LEN`] before
+/// anything is allocated, and the block must decode to exactly that size: lz4_flex returns
+/// what the sequences decode to, even when that is shorter than the header declares (a
+/// block cut after a literal run).
+fn lz4_decode(data: &[u8], path: &Path, offset: u64, alloc: impl FnOnce(usize) -> Vec<u8>) -> Result<Vec<u8>> {
     let corrupt = |reason: String| Error::corruption(path, offset, reason);
     let (declared, rest) =
         lz4_flex::block::uncompressed_size(data).map_err(|e| corrupt(format!("lz4 block header: {e}")))?;
     if declared > MAX_DECOMPRESSED_LEN {
         return Err(corrupt(format!("lz4 block declares {declared} bytes")));
     }
-    Ok((declared, rest))
+    let mut v = alloc(declared);
+    v.resize(declared, 0);
+    let n = lz4_flex::block::decompress_into(rest, &mut v).map_err(|e| corrupt(format!("lz4 block: {e}")))?;
+    if n != declared {
+        return Err(corrupt(format!("lz4 block decoded to {n} bytes, header declares {declared}")));
+    }
+    Ok(v)
 }
 
 /// [`decompress`] for a block read into a scratch buffer: the result is built in a buffer
 /// from [`crate::block_pool`], which it returns to when dropped (zstd blocks excepted).
 pub fn decompress_pooled(tag: u8, data: &[u8], path: &Path, offset: u64) -> Result<Bytes> {
-    let corrupt = |reason: String| Error::corruption(path, offset, reason);
     match tag {
         TAG_NONE => {
             let mut v = crate::block_pool::take(data.len());
             v.extend_from_slice(data);
             Ok(crate::block_pool::into_bytes(v))
         }
-        TAG_LZ4 => {
-            let (declared, rest) = lz4_declared(data, path, offset)?;
-            let mut v = crate::block_pool::take(declared);
-            v.resize(declared, 0);
-            let n = lz4_flex::block::decompress_into(rest, &mut v).map_err(|e| corrupt(format!("lz4 block: {e}")))?;
-            if n != declared {
-                return Err(corrupt(format!("lz4 block decoded to {n} bytes, header declares {declared}")));
-            }
-            Ok(crate::block_pool::into_bytes(v))
-        }
+        TAG_LZ4 => lz4_decode(data, path, offset, crate::block_pool::take).map(crate::block_pool::into_bytes),
         _ => decompress(tag, Bytes::copy_from_slice(data), path, offset),
     }
 }
