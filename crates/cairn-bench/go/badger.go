@@ -103,6 +103,25 @@ func (e *badgerEngine) update(key, value []byte) error {
 	return nil
 }
 
+// insertBatch uses one WriteBatch, which commits in as many transactions as Badger's size
+// limit needs.
+func (e *badgerEngine) insertBatch(keys, values [][]byte) error {
+	wb := e.db.NewWriteBatch()
+	defer wb.Cancel()
+	for i := range keys {
+		if err := wb.Set(keys[i], values[i]); err != nil {
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	if e.sync.Load() {
+		return e.db.Sync()
+	}
+	return nil
+}
+
 func (e *badgerEngine) scan(start []byte, n int) (int, error) {
 	count := 0
 	err := e.db.View(func(txn *badger.Txn) error {

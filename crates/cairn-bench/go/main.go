@@ -53,6 +53,7 @@ type settings struct {
 	blockSize, bloomBits    int
 	compression, durability string
 	bgThreads               int
+	loadBatch               int
 }
 
 func (s settings) cacheBytes() int64    { return int64(s.cacheMB << 20) }
@@ -65,6 +66,8 @@ type engine interface {
 	setSync(bool)
 	read(key []byte) (bool, error)
 	update(key, value []byte) error
+	// insertBatch writes new keys in one batch (the load phase with --load-batch above 1).
+	insertBatch(keys, values [][]byte) error
 	scan(start []byte, n int) (int, error)
 	flushAndClose() error
 }
@@ -380,6 +383,7 @@ func main() {
 	flag.StringVar(&s.compression, "compression", "lz4", "none|lz4|zstd")
 	flag.IntVar(&s.bgThreads, "bg-threads", 2, "background (compaction) threads")
 	flag.StringVar(&s.durability, "durability", "nosync", "nosync|groupsync")
+	flag.IntVar(&s.loadBatch, "load-batch", 1, "records per write batch in the load phase")
 	flag.Parse()
 	if err := run(*engineName, *streamPath, *dbDir, *threads, s); err != nil {
 		fmt.Fprintln(os.Stderr, "cairnbench-peers:", err)
@@ -420,11 +424,30 @@ func run(engineName, streamPath, dbDir string, threads int, s settings) error {
 	t0 := time.Now()
 	err = inThreads(threads, func(t int) error {
 		key := make([]byte, 0, 32)
-		return st.forEach(false, t, threads, func(_ byte, _ int, value []byte, k uint64) error {
+		if s.loadBatch <= 1 {
+			return st.forEach(false, t, threads, func(_ byte, _ int, value []byte, k uint64) error {
+				key = formatKey(key, k)
+				loaded[t] += uint64(len(key) + len(value))
+				return e.update(key, value)
+			})
+		}
+		// Values are slices of the stream's pool; keys are copied (the buffer is reused).
+		keys, values := make([][]byte, 0, s.loadBatch), make([][]byte, 0, s.loadBatch)
+		err := st.forEach(false, t, threads, func(_ byte, _ int, value []byte, k uint64) error {
 			key = formatKey(key, k)
 			loaded[t] += uint64(len(key) + len(value))
-			return e.update(key, value)
+			keys, values = append(keys, append([]byte(nil), key...)), append(values, value)
+			if len(keys) < s.loadBatch {
+				return nil
+			}
+			err := e.insertBatch(keys, values)
+			keys, values = keys[:0], values[:0]
+			return err
 		})
+		if err != nil || len(keys) == 0 {
+			return err
+		}
+		return e.insertBatch(keys, values)
 	})
 	if err != nil {
 		return err

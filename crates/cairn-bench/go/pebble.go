@@ -95,6 +95,20 @@ func (e *pebbleEngine) update(key, value []byte) error {
 	return e.db.Set(key, value, wo)
 }
 
+func (e *pebbleEngine) insertBatch(keys, values [][]byte) error {
+	b := e.db.NewBatch()
+	for i := range keys {
+		if err := b.Set(keys[i], values[i], nil); err != nil {
+			return err
+		}
+	}
+	wo := pebble.NoSync
+	if e.sync.Load() {
+		wo = pebble.Sync
+	}
+	return b.Commit(wo)
+}
+
 func (e *pebbleEngine) scan(start []byte, n int) (int, error) {
 	it, err := e.db.NewIter(nil)
 	if err != nil {

@@ -123,6 +123,15 @@ impl Engine for CairnEngine {
         Ok(())
     }
 
+    fn insert_batch(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut batch = WriteBatch::new();
+        for (key, value) in items {
+            batch.put(key, value)?;
+        }
+        self.db.write_opt(batch, WriteOptions { sync: self.sync.load(Ordering::Relaxed) })?;
+        Ok(())
+    }
+
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
         // Keys and values borrowed in place, as the other engines' cursors give them.
         let mut count = 0;

@@ -87,6 +87,18 @@ impl Engine for FjallEngine {
         Ok(())
     }
 
+    fn insert_batch(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut batch = self.db.batch();
+        for &(key, value) in items {
+            batch.insert(&self.ks, key, value);
+        }
+        batch.commit()?;
+        if self.sync.load(Ordering::Relaxed) {
+            self.db.persist(PersistMode::SyncData)?;
+        }
+        Ok(())
+    }
+
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
         let mut count = 0;
         for guard in self.ks.range(start..).take(n) {

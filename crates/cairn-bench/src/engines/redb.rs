@@ -1,4 +1,4 @@
-//! redb: one table, one write transaction per write op.
+//! redb: one table, one write transaction per write op (per batch in a batched load).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +26,7 @@ impl RedbEngine {
         tx.open_table(TABLE)?;
         tx.commit()?;
         let settings = format!(
-            "redb 4, one table, one write transaction per write op: cache {} MiB; LACKS memtable (B-tree, copy-on-write pages), \
+            "redb 4, one table, one write transaction per write op (per load batch when loading): cache {} MiB; LACKS memtable (B-tree, copy-on-write pages), \
              block size (fixed pages), bloom filters, compression and background threads (asked: memtable {} MiB, block {} B, \
              bloom {}, compression {}, {} threads); durability {}",
             s.cache_mb,
@@ -76,6 +76,19 @@ impl Engine for RedbEngine {
         {
             let mut table = tx.open_table(TABLE)?;
             table.insert(key, value)?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn insert_batch(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut tx = self.db.begin_write()?;
+        tx.set_durability(self.durability())?;
+        {
+            let mut table = tx.open_table(TABLE)?;
+            for &(key, value) in items {
+                table.insert(key, value)?;
+            }
         }
         tx.commit()?;
         Ok(())

@@ -83,6 +83,17 @@ impl Engine for RocksdbEngine {
         Ok(())
     }
 
+    fn insert_batch(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut batch = rocksdb::WriteBatch::default();
+        for &(key, value) in items {
+            batch.put(key, value);
+        }
+        let mut wo = WriteOptions::default();
+        wo.set_sync(self.sync.load(Ordering::Relaxed));
+        self.db.write_opt(batch, &wo)?;
+        Ok(())
+    }
+
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
         let mut it = self.db.raw_iterator();
         it.seek(start);

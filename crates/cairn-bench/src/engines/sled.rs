@@ -65,6 +65,18 @@ impl Engine for SledEngine {
         Ok(())
     }
 
+    fn insert_batch(&self, items: &[(&[u8], &[u8])]) -> Result<()> {
+        let mut batch = sled::Batch::default();
+        for &(key, value) in items {
+            batch.insert(key, value);
+        }
+        self.db.apply_batch(batch)?;
+        if self.sync.load(Ordering::Relaxed) {
+            self.db.flush()?;
+        }
+        Ok(())
+    }
+
     fn scan(&self, start: &[u8], n: usize) -> Result<usize> {
         let mut count = 0;
         for item in self.db.range(start..).take(n) {
