@@ -278,12 +278,9 @@ mod tests {
     use crate::engine::{CompressionArg, Durability};
     use crate::stream::{Spec, Workload, ensure_stream};
 
-    #[test]
-    fn run_one_on_cairn() {
-        let dir = tempfile::tempdir().unwrap();
-        let spec = Spec { workload: Workload::E, records: 3_000, ops: 2_000, value_size: 64, seed: 5 };
-        let path = ensure_stream(&spec, dir.path()).unwrap();
-        let s = Settings {
+    /// Small settings (1 MiB memtable, so the runs flush and compact).
+    fn small_settings(load_batch: u32) -> Settings {
+        Settings {
             cache_mb: 8,
             memtable_mb: 1,
             block_size: 4096,
@@ -291,9 +288,16 @@ mod tests {
             compression: CompressionArg::Lz4,
             bg_threads: 1,
             durability: Durability::Nosync,
-            load_batch: 1,
-        };
-        let r = run_one("cairn", &path, &dir.path().join("db"), 2, &s).unwrap();
+            load_batch,
+        }
+    }
+
+    #[test]
+    fn run_one_on_cairn() {
+        let dir = tempfile::tempdir().unwrap();
+        let spec = Spec { workload: Workload::E, records: 3_000, ops: 2_000, value_size: 64, seed: 5 };
+        let path = ensure_stream(&spec, dir.path()).unwrap();
+        let r = run_one("cairn", &path, &dir.path().join("db"), 2, &small_settings(1)).unwrap();
         assert_eq!(r.engine, "cairn");
         assert_eq!(r.scans + r.writes, 2_000);
         // Scans start at existing keys and return at least that key.
@@ -316,17 +320,7 @@ mod tests {
         for engine in crate::engine::compiled_engines() {
             let mut user_bytes = Vec::new();
             for load_batch in [1, 64] {
-                let s = Settings {
-                    cache_mb: 8,
-                    memtable_mb: 1,
-                    block_size: 4096,
-                    bloom_bits: 10,
-                    compression: CompressionArg::Lz4,
-                    bg_threads: 1,
-                    durability: Durability::Nosync,
-                    load_batch,
-                };
-                let r = run_one(engine, &path, &dir.path().join(engine), 2, &s).unwrap();
+                let r = run_one(engine, &path, &dir.path().join(engine), 2, &small_settings(load_batch)).unwrap();
                 assert_eq!((r.reads, r.reads_found), (2_000, 2_000), "{engine}, load batch {load_batch}");
                 user_bytes.push(r.user_bytes);
             }
