@@ -19,8 +19,12 @@
 # THREADS (default 1; e.g. 1,2), REPEAT (default 3), DURABILITY (nosync | groupsync, default
 # nosync), ROCKSDB=1 (also build and run RocksDB: needs libclang, ~13 min build), LOAD_BATCH
 # (records per write batch or transaction in the load phase, every engine alike; default 1, one
-# insert per transaction as YCSB loads; 1000 brings redb's and sled's 10M-record loads from
-# 8 minutes to minutes; the run phase always writes one op at a time).
+# insert per transaction as YCSB loads; the run phase always writes one op at a time; batches
+# do not make redb's load faster: 10M records in 1000-record transactions took over 14 minutes
+# against 8.5 one at a time), LOAD_ONCE=1 (load each engine once, start every run from a copy
+# of its loaded database with the page cache dropped: a big run then costs a copy, not a
+# 10M-record load; needs disk for two copies of every engine's database, redb's and sled's
+# about 18 GB each).
 # Extra flags go to `cairn-bench ycsb` (see `cairn-bench ycsb --help`), e.g. --seed 7 or
 # --bg-threads 1; do not repeat a flag this script already passes.
 # Databases, streams and raw JSON results go under target/cairn-bench/ (override with --dir).
@@ -68,6 +72,6 @@ target/release/cairn-bench ycsb \
   --repeat "${REPEAT:-3}" --durability "${DURABILITY:-nosync}" \
   --records "${RECORDS:-$R}" --ops "${OPS:-$O}" --value-size "${VALUE_SIZE:-$V}" \
   --cache-mb "${CACHE_MB:-$C}" --memtable-mb "${MEMTABLE_MB:-$M}" --load-batch "${LOAD_BATCH:-1}" \
-  --engine-exe fjall=target/release/cairn-bench-fjall \
+  --engine-exe fjall=target/release/cairn-bench-fjall ${LOAD_ONCE:+--load-once} \
   "$@" | tee "$OUT"
 echo "table saved to $OUT" >&2

@@ -374,6 +374,7 @@ func main() {
 		streamPath = flag.String("stream", "", "stream file")
 		dbDir      = flag.String("db", "", "database directory (removed first)")
 		threads    = flag.Int("threads", 1, "client threads")
+		phases     = flag.String("phases", "both", "both|load-only|run-only")
 		s          settings
 	)
 	flag.Uint64Var(&s.cacheMB, "cache-mb", 64, "cache MiB")
@@ -385,22 +386,32 @@ func main() {
 	flag.StringVar(&s.durability, "durability", "nosync", "nosync|groupsync")
 	flag.IntVar(&s.loadBatch, "load-batch", 1, "records per write batch in the load phase")
 	flag.Parse()
-	if err := run(*engineName, *streamPath, *dbDir, *threads, s); err != nil {
+	if err := run(*engineName, *streamPath, *dbDir, *threads, *phases, s); err != nil {
 		fmt.Fprintln(os.Stderr, "cairnbench-peers:", err)
 		os.Exit(1)
 	}
 }
 
-func run(engineName, streamPath, dbDir string, threads int, s settings) error {
+// run does the phases asked ("both", "load-only": load a new database and close it, or
+// "run-only": run on the database already at dbDir, a copy of a loaded one).
+func run(engineName, streamPath, dbDir string, threads int, phases string, s settings) error {
 	if threads < 1 {
 		threads = 1
 	}
+	if phases != "both" && phases != "load-only" && phases != "run-only" {
+		return fmt.Errorf("unknown phases %q (both, load-only or run-only)", phases)
+	}
+	load, runPhase := phases != "run-only", phases != "load-only"
 	st, err := openStream(streamPath)
 	if err != nil {
 		return err
 	}
-	if err := os.RemoveAll(dbDir); err != nil {
-		return err
+	if load {
+		if err := os.RemoveAll(dbDir); err != nil {
+			return err
+		}
+	} else if fi, err := os.Stat(dbDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("no loaded database at %s to run on", dbDir)
 	}
 	if err := os.MkdirAll(filepath.Dir(dbDir), 0o755); err != nil {
 		return err
@@ -423,6 +434,9 @@ func run(engineName, streamPath, dbDir string, threads int, s settings) error {
 	loaded := make([]uint64, threads)
 	t0 := time.Now()
 	err = inThreads(threads, func(t int) error {
+		if !load {
+			return nil
+		}
 		key := make([]byte, 0, 32)
 		if s.loadBatch <= 1 {
 			return st.forEach(false, t, threads, func(_ byte, _ int, value []byte, k uint64) error {
@@ -468,6 +482,9 @@ func run(engineName, streamPath, dbDir string, threads int, s settings) error {
 	err = inThreads(threads, func(t int) error {
 		ts := &per[t]
 		ts.h = newHist()
+		if !runPhase {
+			return nil
+		}
 		key := make([]byte, 0, 32)
 		return st.forEach(true, t, threads, func(kind byte, scanLen int, value []byte, k uint64) error {
 			key = formatKey(key, k)
@@ -527,23 +544,34 @@ func run(engineName, streamPath, dbDir string, threads int, s settings) error {
 	if err := e.flushAndClose(); err != nil {
 		return err
 	}
+	ops := st.ops
+	if !runPhase {
+		ops = 0
+	}
+	if !load {
+		loadSecs = 0
+	}
 	r := result{
 		Engine:         name,
 		Settings:       sets,
 		Workload:       st.workload,
 		Records:        st.records,
-		Ops:            st.ops,
+		Ops:            ops,
 		Threads:        uint64(threads),
 		ValueSize:      uint64(st.valueSize),
 		LoadSecs:       loadSecs,
-		LoadOpsPerSec:  float64(st.records) / loadSecs,
 		RunSecs:        runSecs,
-		OpsPerSec:      float64(st.ops) / runSecs,
 		CPUSecs:        cpu1 - cpu0,
-		CPUUsPerOp:     (cpu1 - cpu0) * 1e6 / math.Max(1, float64(st.ops)),
+		CPUUsPerOp:     (cpu1 - cpu0) * 1e6 / math.Max(1, float64(ops)),
 		DiskWriteBytes: diskWriteBytes() - io0,
 		SpaceBytes:     diskUsage(dbDir),
 		PeakRSSBytes:   peakRSSBytes(),
+	}
+	if load {
+		r.LoadOpsPerSec = float64(st.records) / loadSecs
+	}
+	if runPhase {
+		r.OpsPerSec = float64(ops) / runSecs
 	}
 	h := newHist()
 	for t := range per {

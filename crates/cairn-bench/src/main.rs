@@ -28,7 +28,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
 use engine::{GO_ENGINES, Settings, compiled_engines};
-use runner::RunResult;
+use runner::{Phases, RunResult};
 use stream::{Spec, Workload};
 
 #[derive(Parser)]
@@ -115,6 +115,15 @@ struct YcsbArgs {
     /// binary it is in, cairn-kv's included.
     #[arg(long = "engine-exe", value_parser = parse_engine_exe)]
     engine_exe: Vec<(String, PathBuf)>,
+    /// Load each engine's database once, close it, and start every run from a byte copy of it,
+    /// with the copy's and the original's pages dropped from the page cache (every run starts
+    /// cold). Every workload of a run has the same load phase (records, value size, seed), so
+    /// one load serves them all; runs larger than the cache then cost a copy instead of a load
+    /// (10M records into redb or sled: 8 minutes). Needs disk for two copies of every engine's
+    /// database. The load figures are the single load's; write amplification counts the
+    /// load's writes and the run's (not the copy's).
+    #[arg(long)]
+    load_once: bool,
 }
 
 /// Parses `ENGINE=PATH` for `--engine-exe`.
@@ -145,6 +154,9 @@ struct RunOneArgs {
     /// Client threads.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// Which phases to run.
+    #[arg(long, value_enum, default_value_t = Phases::Both)]
+    phases: Phases,
     #[command(flatten)]
     settings: Settings,
 }
@@ -171,7 +183,7 @@ fn main() -> ExitCode {
 }
 
 fn run_one(a: RunOneArgs) -> Result<()> {
-    let r = runner::run_one(&a.engine, &a.stream, &a.db, a.threads, &a.settings)?;
+    let r = runner::run_one(&a.engine, &a.stream, &a.db, a.threads, &a.settings, a.phases)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "{}", serde_json::to_string(&r)?)?;
     Ok(())
@@ -272,17 +284,17 @@ fn resolve_engines(a: &YcsbArgs, peers: Option<&Path>) -> Result<Vec<String>> {
 /// Runs one engine in a child process and parses the JSON line it prints last.
 fn run_child(
     exe: &Path,
-    rust_engine: bool,
     engine: &str,
     stream: &Path,
     db: &Path,
     threads: usize,
     s: &Settings,
+    phases: Phases,
 ) -> Result<RunResult> {
     // Write back the previous run's dirty pages now, not during this run.
     let _ = Command::new("sync").status();
     let mut cmd = Command::new(exe);
-    if rust_engine {
+    if !GO_ENGINES.contains(&engine) {
         cmd.arg("ycsb-run-one");
     }
     cmd.arg("--engine")
@@ -293,17 +305,33 @@ fn run_child(
         .arg(db)
         .arg("--threads")
         .arg(threads.to_string())
+        .arg("--phases")
+        .arg(phases.as_str())
         .args(s.to_args())
         .stdin(Stdio::null())
         .stderr(Stdio::inherit());
     let out = cmd.output().with_context(|| format!("run {}", exe.display()))?;
-    let _ = std::fs::remove_dir_all(db);
+    if phases != Phases::LoadOnly {
+        let _ = std::fs::remove_dir_all(db);
+    }
     if !out.status.success() {
         bail!("{engine}: child exited with {}", out.status);
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text.lines().rev().find(|l| l.trim_start().starts_with('{')).context("no JSON line from the child")?;
     serde_json::from_str(line).with_context(|| format!("bad JSON line from {engine}: {line}"))
+}
+
+/// Replaces `db` with a copy of the loaded database at `loaded`, then drops both from the page
+/// cache, so the run starts as cold as the first read of a database that was never cached.
+fn copy_loaded(loaded: &Path, db: &Path) -> Result<()> {
+    if db.exists() {
+        std::fs::remove_dir_all(db).with_context(|| format!("remove {}", db.display()))?;
+    }
+    measure::copy_tree(loaded, db)?;
+    measure::evict_tree(db)?;
+    measure::evict_tree(loaded)?;
+    Ok(())
 }
 
 fn ycsb(a: YcsbArgs) -> Result<()> {
@@ -334,25 +362,54 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
     if threads.is_empty() {
         bail!("--threads must name at least one positive count");
     }
+    let exe_of = |e: &str| -> Result<PathBuf> {
+        if GO_ENGINES.contains(&e) {
+            return peers.clone().context("no Go peer program");
+        }
+        Ok(a.engine_exe.iter().find(|(name, _)| name == e).map_or_else(|| self_exe.clone(), |(_, p)| p.clone()))
+    };
     let mut results: Vec<RunResult> = Vec::new();
     let mut failures = Vec::new();
+
+    // With --load-once: every engine's database, loaded once (with the most threads asked) and
+    // closed, and what that load measured.
+    let loaded_root = a.dir.join("loaded");
+    let mut loads: Vec<(String, RunResult)> = Vec::new();
+    if a.load_once {
+        let t = *threads.iter().max().unwrap_or(&1);
+        for e in &engines {
+            let exe = exe_of(e)?;
+            let db = loaded_root.join(e);
+            let r = run_child(&exe, e, &streams[0].1, &db, t, &a.settings, Phases::LoadOnly)
+                .with_context(|| format!("load {e} once"))?;
+            eprintln!(
+                "[load] t{t} {e:<7} {:>9.0} ops/s  {:.0} s  {:.1} GB on disk",
+                r.load_ops_per_sec,
+                r.load_secs,
+                r.space_bytes as f64 / 1e9
+            );
+            loads.push((e.clone(), r));
+        }
+    }
     for rep in 0..a.repeat.max(1) {
         for (w, path) in &streams {
             for &t in &threads {
                 let mut order = engines.clone();
                 order.rotate_left(rep % engines.len());
                 for e in &order {
-                    let go = GO_ENGINES.contains(&e.as_str());
-                    let exe = if go {
-                        peers.clone().context("no Go peer program")?
-                    } else {
-                        a.engine_exe
-                            .iter()
-                            .find(|(name, _)| name == e)
-                            .map_or_else(|| self_exe.clone(), |(_, p)| p.clone())
-                    };
+                    let exe = exe_of(e)?;
                     let db = db_root.join(e);
-                    match run_child(&exe, !go, e, path, &db, t, &a.settings) {
+                    let load = loads.iter().find(|(name, _)| name == e).map(|(_, r)| r);
+                    let outcome = match load {
+                        None => run_child(&exe, e, path, &db, t, &a.settings, Phases::Both),
+                        Some(load) => copy_loaded(&loaded_root.join(e), &db)
+                            .and_then(|()| run_child(&exe, e, path, &db, t, &a.settings, Phases::RunOnly))
+                            .map(|mut r| {
+                                r.add_load(load);
+                                r
+                            }),
+                    };
+                    match outcome {
                         Ok(r) => {
                             eprintln!(
                                 "[{}/{}] {} t{} {:<7} {:>10.0} ops/s  p99 {:>8.1} µs  load {:>9.0} ops/s{}",
@@ -379,6 +436,10 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
         }
     }
 
+    if a.load_once {
+        let _ = std::fs::remove_dir_all(&loaded_root);
+    }
+
     let mut out = std::io::stdout().lock();
     writeln!(
         out,
@@ -392,6 +453,13 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
         std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0)
     )?;
     writeln!(out, "asked of every engine: {}", a.settings.describe())?;
+    if a.load_once {
+        writeln!(
+            out,
+            "loaded once per engine: every run started from a copy of the engine's loaded and closed database, \
+             with its pages dropped from the page cache; the load columns are that one load's"
+        )?;
+    }
     for w in &workloads {
         writeln!(out, "  {}: {}", w.letter().to_ascii_uppercase(), w.describe())?;
     }
