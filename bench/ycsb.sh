@@ -21,7 +21,7 @@
 # (records per write batch or transaction in the load phase, every engine alike; default 1, one
 # insert per transaction as YCSB loads; the run phase always writes one op at a time; batches
 # do not make redb's load faster: 10M records in 1000-record transactions took over 14 minutes
-# against 8.5 one at a time), LOAD_ONCE=1 (load each engine once, start every run from a copy
+# against 8.5-11 one at a time), LOAD_ONCE=1 (load each engine once, start every run from a copy
 # of its loaded database with the page cache dropped: a big run then costs a copy, not a
 # 10M-record load; needs disk for two copies of every engine's database, redb's and sled's
 # about 18 GB each).
