@@ -438,18 +438,15 @@ func run(engineName, streamPath, dbDir string, threads int, phases string, s set
 			return nil
 		}
 		key := make([]byte, 0, 32)
-		if s.loadBatch <= 1 {
-			return st.forEach(false, t, threads, func(_ byte, _ int, value []byte, k uint64) error {
-				key = formatKey(key, k)
-				loaded[t] += uint64(len(key) + len(value))
-				return e.update(key, value)
-			})
-		}
-		// Values are slices of the stream's pool; keys are copied (the buffer is reused).
-		keys, values := make([][]byte, 0, s.loadBatch), make([][]byte, 0, s.loadBatch)
+		// With batches: values are slices of the stream's pool; keys are copied (the buffer is
+		// reused).
+		var keys, values [][]byte
 		err := st.forEach(false, t, threads, func(_ byte, _ int, value []byte, k uint64) error {
 			key = formatKey(key, k)
 			loaded[t] += uint64(len(key) + len(value))
+			if s.loadBatch <= 1 {
+				return e.update(key, value)
+			}
 			keys, values = append(keys, append([]byte(nil), key...)), append(values, value)
 			if len(keys) < s.loadBatch {
 				return nil

@@ -87,43 +87,38 @@ struct ThreadStats {
 }
 
 fn load_thread(engine: &dyn Engine, stream: &Stream, t: usize, threads: usize, batch: usize) -> Result<u64> {
-    let mut key = Vec::with_capacity(32);
+    // The batch's keys, formatted into buffers kept from batch to batch (one, for the single
+    // inserts of `batch` 1), and its values.
+    let mut keys = vec![Vec::with_capacity(32); batch.max(1)];
+    let mut values: Vec<&[u8]> = Vec::with_capacity(batch);
     let mut bytes = 0;
-    // With batches: the batch's keys end to end in `keys`, each ending at its `ends` entry.
-    let (mut keys, mut ends, mut values) = (Vec::new(), Vec::new(), Vec::new());
-    let write_batch = |keys: &mut Vec<u8>, ends: &mut Vec<usize>, values: &mut Vec<&[u8]>| -> Result<()> {
-        let mut items = Vec::with_capacity(ends.len());
-        let mut start = 0;
-        for (&end, &value) in ends.iter().zip(values.iter()) {
-            items.push((&keys[start..end], value));
-            start = end;
-        }
-        engine.insert_batch(&items)?;
-        keys.clear();
-        ends.clear();
-        values.clear();
-        Ok(())
-    };
     for op in stream.reader(Phase::Load, t, threads)? {
         let op = op?;
-        format_key(op.key, &mut key);
+        let key = &mut keys[values.len()];
+        format_key(op.key, key);
         let value = stream.value(&op);
         bytes += (key.len() + value.len()) as u64;
         if batch <= 1 {
-            engine.insert(&key, value)?;
+            engine.insert(key, value)?;
             continue;
         }
-        keys.extend_from_slice(&key);
-        ends.push(keys.len());
         values.push(value);
-        if ends.len() == batch {
-            write_batch(&mut keys, &mut ends, &mut values)?;
+        if values.len() == batch {
+            insert_batch(engine, &keys, &mut values)?;
         }
     }
-    if !ends.is_empty() {
-        write_batch(&mut keys, &mut ends, &mut values)?;
+    if !values.is_empty() {
+        insert_batch(engine, &keys, &mut values)?;
     }
     Ok(bytes)
+}
+
+/// Writes the batch of `values` and the first as many `keys`, and empties it.
+fn insert_batch(engine: &dyn Engine, keys: &[Vec<u8>], values: &mut Vec<&[u8]>) -> Result<()> {
+    let items: Vec<(&[u8], &[u8])> = keys.iter().zip(values.iter()).map(|(k, &v)| (k.as_slice(), v)).collect();
+    engine.insert_batch(&items)?;
+    values.clear();
+    Ok(())
 }
 
 /// Operations slower than `CAIRN_BENCH_SLOW_US` microseconds (when set) are printed to stderr
