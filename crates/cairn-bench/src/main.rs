@@ -119,9 +119,9 @@ struct YcsbArgs {
     /// with the copy's and the original's pages dropped from the page cache (every run starts
     /// cold). Every workload of a run has the same load phase (records, value size, seed), so
     /// one load serves them all; runs larger than the cache then cost a copy instead of a load
-    /// (10M records into redb take 8.5-11 minutes here, into sled up to 26). Needs disk for two copies of every engine's
-    /// database. The load figures are the single load's; write amplification counts the
-    /// load's writes and the run's (not the copy's).
+    /// (10M records into redb take 8.5-11 minutes here, into sled up to 26). Needs disk for
+    /// two copies of every engine's database. The load figures are the single load's; write
+    /// amplification counts the load's writes and the run's (not the copy's).
     #[arg(long)]
     load_once: bool,
 }
