@@ -662,7 +662,7 @@ mod tests {
         let dir = std::path::PathBuf::from("/t");
         let table_cache =
             Arc::new(TableCache::new(storage.clone(), dir.clone(), 8, Arc::new(BlockCache::new(1 << 20))));
-        Arc::new(Cleaner { storage, dir, table_cache })
+        Cleaner::new(storage, dir, table_cache)
     }
 
     /// Options whose dynamic targets put a 10,000-byte bottom level (3) under a level 2 of

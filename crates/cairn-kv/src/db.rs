@@ -529,7 +529,10 @@ impl Db {
     /// versions and deleted keys that no snapshot needs (like RocksDB's full `CompactRange`).
     pub fn compact_all(&self) -> Result<()> {
         self.flush()?;
-        crate::compaction::compact_all(self.inner())
+        crate::compaction::compact_all(self.inner())?;
+        // The tables it replaced, unless a reader still holds them, are deleted by now.
+        self.inner().cleaner.wait_idle();
+        Ok(())
     }
 
     /// Engine statistics (levels, memtables, caches, bytes written).

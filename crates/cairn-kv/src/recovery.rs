@@ -66,8 +66,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
     let table_cache =
         Arc::new(TableCache::new(storage.clone(), dir.to_path_buf(), opts.max_open_files.max(1), block_cache.clone()));
-    let cleaner =
-        Arc::new(Cleaner { storage: storage.clone(), dir: dir.to_path_buf(), table_cache: table_cache.clone() });
+    let cleaner = Cleaner::new(storage.clone(), dir.to_path_buf(), table_cache.clone());
 
     // 1. The MANIFEST.
     let mut version = Version::empty(opts.num_levels);
