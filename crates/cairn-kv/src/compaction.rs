@@ -635,27 +635,9 @@ mod tests {
     use super::{Compacting, LevelTargets, intra_l0_span, least_overlap, pick};
     use crate::Options;
     use crate::block_cache::BlockCache;
-    use crate::key::{ValueKind, internal_key};
     use crate::storage::Storage;
     use crate::table_cache::TableCache;
-    use crate::version::{Cleaner, TableFile, Version};
-    use crate::version_edit::FileInfo;
-
-    /// A level-1 table over `lo..=hi` of `size` bytes (never opened).
-    fn table(cleaner: &Arc<Cleaner>, no: u64, lo: &str, hi: &str, size: u64) -> Arc<TableFile> {
-        let info = FileInfo {
-            file_no: no,
-            size,
-            smallest: internal_key(lo.as_bytes(), 1, ValueKind::Put as u8).into(),
-            largest: internal_key(hi.as_bytes(), 1, ValueKind::Put as u8).into(),
-            min_seq: 1,
-            max_seq: 1,
-            num_entries: 1,
-            num_deletions: 0,
-            tombstones_applied: 0,
-        };
-        TableFile::new(info, cleaner.clone())
-    }
+    use crate::version::{Cleaner, Version, test_table as table};
 
     fn cleaner() -> Arc<Cleaner> {
         let storage: Arc<dyn Storage> = Arc::new(crate::MemStorage::new());

@@ -292,6 +292,24 @@ impl Version {
     }
 }
 
+/// A table over `lo..=hi` of `size` bytes for tests (never opened).
+#[cfg(test)]
+pub(crate) fn test_table(cleaner: &Arc<Cleaner>, no: u64, lo: &str, hi: &str, size: u64) -> Arc<TableFile> {
+    let kind = crate::key::ValueKind::Put as u8;
+    let info = FileInfo {
+        file_no: no,
+        size,
+        smallest: key::internal_key(lo.as_bytes(), 1, kind).into(),
+        largest: key::internal_key(hi.as_bytes(), 1, kind).into(),
+        min_seq: 1,
+        max_seq: 1,
+        num_entries: 1,
+        num_deletions: 0,
+        tombstones_applied: 0,
+    };
+    TableFile::new(info, cleaner.clone())
+}
+
 #[cfg(test)]
 mod tests {
     use std::io;
@@ -300,7 +318,6 @@ mod tests {
 
     use super::*;
     use crate::block_cache::BlockCache;
-    use crate::key::{ValueKind, internal_key};
     use crate::storage::{FileLock, RandomAccessFile, WritableFile};
     use crate::{MemStorage, Storage};
 
@@ -362,18 +379,7 @@ mod tests {
     }
 
     fn obsolete_table(cleaner: &Arc<Cleaner>, no: u64) -> Arc<TableFile> {
-        let info = FileInfo {
-            file_no: no,
-            size: 0,
-            smallest: internal_key(b"a", 1, ValueKind::Put as u8).into(),
-            largest: internal_key(b"z", 1, ValueKind::Put as u8).into(),
-            min_seq: 1,
-            max_seq: 1,
-            num_entries: 1,
-            num_deletions: 0,
-            tombstones_applied: 0,
-        };
-        let t = TableFile::new(info, cleaner.clone());
+        let t = test_table(cleaner, no, "a", "z", 0);
         t.mark_obsolete();
         t
     }
