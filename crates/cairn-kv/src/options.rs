@@ -94,8 +94,8 @@ pub struct Options {
     /// speed and in one burst per table (default true). On a disk with a write cache every
     /// sync also flushes what compactions wrote since the last one; pacing keeps a synced
     /// write from waiting for compaction bytes. Compactions out of level 0 are not paced once
-    /// level 0 is within `level0_compaction_trigger` tables of the slowdown trigger; flushes
-    /// never are. Without synced writes it changes nothing. (RocksDB's nearest is its opt-in
+    /// level 0 holds `level0_slowdown_trigger` tables; flushes are not paced while
+    /// `max_immutable_memtables` memtables wait for flush. Without synced writes it changes nothing. (RocksDB's nearest is its opt-in
     /// `rate_limiter` with `auto_tuned`, which follows pending compaction work rather than
     /// the latency of syncs.)
     pub sync_pacing: bool,
