@@ -95,9 +95,9 @@ pub struct Options {
     /// sync also flushes what compactions wrote since the last one; pacing keeps a synced
     /// write from waiting for compaction bytes. Compactions out of level 0 are not paced once
     /// level 0 holds `level0_slowdown_trigger` tables; flushes are not paced while
-    /// `max_immutable_memtables` memtables wait for flush. Without synced writes it changes nothing. (RocksDB's nearest is its opt-in
-    /// `rate_limiter` with `auto_tuned`, which follows pending compaction work rather than
-    /// the latency of syncs.)
+    /// `max_immutable_memtables` memtables wait for flush. Without synced writes it changes
+    /// nothing. (RocksDB's nearest is its opt-in `rate_limiter` with `auto_tuned`, which
+    /// follows pending compaction work rather than the latency of syncs.)
     pub sync_pacing: bool,
     /// A clean close flushes the memtables when they hold at least this many bytes (default
     /// 1 MiB; 0 never flushes at close). The next open then has no log to replay, which is what

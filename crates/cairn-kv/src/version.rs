@@ -23,9 +23,10 @@ use crate::{Error, Result};
 /// Deleting a file can take as long as a device write: a file system mounted with online
 /// discard (ext4 `-o discard`, common on cloud disks) trims the file's blocks before `unlink`
 /// returns: on this project's test machine, with compactions keeping the disk busy, table
-/// deletions of 5 ms or more took 29 ms at the median and up to 262 ms. The last reference to a table is often dropped by a
-/// reader (with the superseded view of the tree it read through) or under the engine's state
-/// lock, so the deletion is queued here instead, one file at a time.
+/// deletions of 5 ms or more took 29 ms at the median and up to 262 ms. The last reference to
+/// a table is often dropped by a reader (with the superseded view of the tree it read through)
+/// or under the engine's state lock, so the deletion is queued here instead, one file at a
+/// time.
 pub(crate) struct Cleaner {
     pub storage: Arc<dyn Storage>,
     pub dir: PathBuf,
@@ -295,7 +296,7 @@ impl Version {
 /// A table over `lo..=hi` of `size` bytes for tests (never opened).
 #[cfg(test)]
 pub(crate) fn test_table(cleaner: &Arc<Cleaner>, no: u64, lo: &str, hi: &str, size: u64) -> Arc<TableFile> {
-    let kind = crate::key::ValueKind::Put as u8;
+    let kind = key::ValueKind::Put as u8;
     let info = FileInfo {
         file_no: no,
         size,
