@@ -12,7 +12,7 @@ use crate::iter::InternalIterator;
 use crate::key;
 use crate::merge_iter::{LevelFiles, LevelIter, MergingIterator};
 use crate::table_builder::WarmPolicy;
-use crate::version::{TableFile, Version, sorted_overlap};
+use crate::version::{TableFile, Version, l0_weight, sorted_overlap};
 use crate::version_edit::VersionEdit;
 use crate::{Error, Options, Result};
 
@@ -137,8 +137,8 @@ fn user_range<'a>(files: impl Iterator<Item = &'a Arc<TableFile>>) -> Option<(Ve
 /// Added to level 0's score when it nears the slowdown trigger, above any level's score.
 const L0_URGENT: f64 = 1e9;
 
-/// Level-0 tables (not being compacted) from which level 0 is urgent: halfway from the
-/// compaction trigger to the slowdown trigger.
+/// Level-0 weight (of the tables not being compacted) from which level 0 is urgent: halfway
+/// from the compaction trigger to the slowdown trigger.
 fn l0_urgent_files(opts: &Options) -> usize {
     (opts.level0_compaction_trigger + opts.level0_slowdown_trigger).div_ceil(2)
 }
@@ -150,8 +150,9 @@ const OVER_TARGET_SCALE: f64 = 10.0;
 /// Levels in need of compaction (score >= 1), most in need first, ignoring tables being
 /// compacted.
 ///
-/// Level 0 scores its file count against `level0_compaction_trigger`, counting only tables
-/// no compaction holds. With dynamic level targets it also scores its bytes against the base
+/// Level 0 scores its weight (its table count, or its bytes in memtables' worth if more:
+/// [`l0_weight`]) against `level0_compaction_trigger`, counting only tables no compaction
+/// holds. With dynamic level targets it also scores its bytes against the base
 /// level's (its actual bytes or its target, whichever is larger): intra-level-0 merges keep
 /// the file count down, so the count alone would let level 0 grow to many times the base
 /// level and then merge into it in one giant compaction. A sorted level over its target
@@ -171,7 +172,9 @@ fn scores(opts: &Options, v: &Version, cs: &Compacting, targets: &LevelTargets) 
         let score = if level == 0 {
             // While an intra-level-0 merge runs, level 0 is still scored (by the tables it
             // does not hold), so that the base level stays reserved for level 0 (see `pick`).
-            let free = v.levels[0].iter().filter(|f| !cs.holds(f)).count();
+            // Weighed as the write triggers weigh it, by bytes too: one table left by
+            // intra-level-0 merges can hold more than the stop trigger's worth of flushes.
+            let free = l0_weight(v.levels[0].iter().filter(|f| !cs.holds(f)), opts.memtable_size);
             let mut score = free as f64 / opts.level0_compaction_trigger.max(1) as f64;
             if opts.dynamic_level_bytes && free > 0 {
                 let (bytes, base) = (free_bytes(0), targets.base);
@@ -696,6 +699,33 @@ mod tests {
         // compacts.
         v.levels[0] = vec![table(&cleaner, 1, "a", "z", 30)];
         assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((1, 2, vec![10])));
+    }
+
+    #[test]
+    fn level_0_weighs_its_bytes_in_memtables_when_they_outweigh_its_tables() {
+        let cleaner = cleaner();
+        let opts = Options {
+            num_levels: 3,
+            memtable_size: 100,
+            dynamic_level_bytes: false,
+            level0_compaction_trigger: 4,
+            ..Options::default()
+        };
+        let mut v = Version::empty(3);
+        v.levels[2] = vec![table(&cleaner, 20, "a", "z", 10_000)];
+        v.levels[0] = vec![table(&cleaner, 1, "a", "z", 100), table(&cleaner, 2, "a", "z", 150)];
+        assert_eq!(v.l0_weight(opts.memtable_size), 3, "250 bytes: 3 memtables' worth");
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(3)), None, "below the trigger");
+        // One table as big as the seven flushes an intra-level-0 merge made of it: one table,
+        // but seven memtables' worth of bytes to merge down, over the trigger.
+        v.levels[0] = vec![table(&cleaner, 3, "a", "z", 601)];
+        assert_eq!(v.l0_weight(opts.memtable_size), 7);
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(3)), Some((0, 1, vec![3])));
+        // Many small tables weigh their count.
+        v.levels[0] = (4..10).map(|no| table(&cleaner, no, "a", "z", 1)).collect();
+        assert_eq!(v.l0_weight(opts.memtable_size), 6);
+        assert_eq!(crate::version::l0_weight([], 100), 0);
+        assert_eq!(v.l0_weight(0), 6, "a zero memtable size does not divide by zero");
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub(crate) struct SuperVersion {
     /// Frozen memtables, newest first.
     pub imms: Vec<Arc<Memtable>>,
     pub version: Arc<Version>,
+    /// `version`'s level-0 weight ([`crate::version::l0_weight`]), which every write checks.
+    pub l0_weight: usize,
 }
 
 impl SuperVersion {
@@ -156,6 +158,7 @@ impl DbInner {
             mem: state.mem.clone(),
             imms: state.imms.iter().rev().cloned().collect(),
             version: state.version.clone(),
+            l0_weight: state.version.l0_weight(opts.memtable_size),
         };
         let pacer = Arc::new(crate::pacer::Pacer::new(opts.sync_pacing));
         DbInner {
@@ -228,12 +231,14 @@ impl DbInner {
     pub fn install_super_version(&self, state: &State) {
         // What the pacer exempts follows the state readers see: level 0 near the slowdown
         // trigger, and as many frozen memtables as writers may have before they stall.
-        self.pacer.set_urgent(state.version.levels[0].len() >= crate::pacer::l0_urgent_files(&self.opts));
+        let l0_weight = state.version.l0_weight(self.opts.memtable_size);
+        self.pacer.set_urgent(l0_weight >= crate::pacer::l0_urgent_files(&self.opts));
         self.pacer.set_flush_urgent(crate::pacer::flush_urgent(&self.opts, state.imms.len()));
         self.sv.store(Arc::new(SuperVersion {
             mem: state.mem.clone(),
             imms: state.imms.iter().rev().cloned().collect(),
             version: state.version.clone(),
+            l0_weight,
         }));
     }
 

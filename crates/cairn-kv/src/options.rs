@@ -45,11 +45,14 @@ pub struct Options {
     pub max_open_files: usize,
     /// Size at which compaction output is cut into a new SSTable (default 64 MiB).
     pub target_file_size: u64,
-    /// Level-0 file count that triggers an L0 to L1 compaction (default 4).
+    /// Level-0 weight that triggers an L0 to L1 compaction (default 4). The three level-0
+    /// triggers weigh level 0 by its table count, or by its bytes in memtables' worth
+    /// (`memtable_size` each) when that is more: intra-level-0 merges lower the count but not
+    /// the bytes still to be merged down, so level 0 is held to what that many flushes make.
     pub level0_compaction_trigger: usize,
-    /// Level-0 file count at which writes are slowed to `delayed_write_rate` (default 20).
+    /// Level-0 weight at which writes are slowed to `delayed_write_rate` (default 20).
     pub level0_slowdown_trigger: usize,
-    /// Level-0 file count at which writes wait for compaction (default 36).
+    /// Level-0 weight at which writes wait for compaction (default 36).
     pub level0_stop_trigger: usize,
     /// Bytes per second writers are held to once level 0 reaches `level0_slowdown_trigger`
     /// (default 16 MiB/s, as RocksDB's). The rate falls in proportion as level 0 nears
@@ -94,7 +97,7 @@ pub struct Options {
     /// speed and in one burst per table (default true). On a disk with a write cache every
     /// sync also flushes what compactions wrote since the last one; pacing keeps a synced
     /// write from waiting for compaction bytes. Compactions out of level 0 are not paced once
-    /// level 0 holds `level0_slowdown_trigger` tables; flushes are not paced while
+    /// level 0 weighs `level0_slowdown_trigger`; flushes are not paced while
     /// `max_immutable_memtables` memtables wait for flush. Without synced writes it changes
     /// nothing. (RocksDB's nearest is its opt-in `rate_limiter` with `auto_tuned`, which
     /// follows pending compaction work rather than the latency of syncs.)

@@ -15,8 +15,8 @@
 //! no such thing: a sync overlapping another that already flushed the cache returns at once);
 //! while the smoothed latency stays within [`target`] of it, the rate grows by [`GAIN`] per
 //! second; above it, the rate halves (at most every [`CUT_EVERY`]), down to [`MIN_RATE`], so
-//! the debt is still paid. Compactions out of level 0 are paced too unless level 0 holds so
-//! many tables that writers are being slowed ([`l0_urgent_files`]), and so are flushes unless
+//! the debt is still paid. Compactions out of level 0 are paced too unless level 0 weighs so
+//! much that writers are being slowed ([`l0_urgent_files`]), and so are flushes unless
 //! as many memtables wait for flush as writers may fill before they stall
 //! ([`crate::Options::max_immutable_memtables`]).
 //! Without synced writes nothing is paced and compactions write as before.
@@ -47,7 +47,8 @@ const CUT_EVERY: Duration = Duration::from_millis(100);
 /// Unused allowance carried forward at most this long: a burst after a pause stays short.
 const BURST: Duration = Duration::from_millis(20);
 
-/// Level-0 tables from which compactions out of level 0 are not paced: the slowdown trigger
+/// Level-0 weight (tables, or bytes in memtables' worth: [`crate::version::l0_weight`]) from
+/// which compactions out of level 0 are not paced: the slowdown trigger
 /// (20 by default), where writers start to be slowed for level 0's sake. Below it a synced
 /// writer, whose writes come at the pace of its syncs, gains more from the device than from a
 /// level-0 compaction finishing sooner: a bulk load without syncs can leave level 0 a few tables

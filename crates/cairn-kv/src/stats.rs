@@ -61,9 +61,9 @@ impl Counters {
 /// Why a writer waited.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Stall {
-    /// Level 0 reached `level0_slowdown_trigger`: writes held to `delayed_write_rate`.
+    /// Level 0 weighed `level0_slowdown_trigger`: writes held to `delayed_write_rate`.
     Slowdown,
-    /// Level 0 reached `level0_stop_trigger`.
+    /// Level 0 weighed `level0_stop_trigger`.
     Stop,
     /// The memtable was full with `max_immutable_memtables` waiting for flush.
     Memtables,

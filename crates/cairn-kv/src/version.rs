@@ -170,6 +170,23 @@ pub(crate) fn sorted_overlap(files: &[Arc<TableFile>], lo: &[u8], hi: &[u8]) -> 
     start..end
 }
 
+/// What level-0 tables `files` weigh against the level-0 triggers: their number, or their bytes
+/// in memtables' worth (`memtable_size` each, rounded up), whichever is more. A flush adds at
+/// most a memtable's worth and one table; an intra-level-0 merge takes tables away but none of
+/// the bytes that must still be merged into the base level, so counted by tables alone, level 0
+/// could grow without writers being slowed (a bulk load left 14 tables holding 2.2 GB, which no
+/// run afterwards had the time to merge down). By bytes, level 0 is held to the size the
+/// triggers allow flushes to reach: 20 memtables' worth at the default slowdown trigger.
+pub(crate) fn l0_weight<'a>(files: impl IntoIterator<Item = &'a Arc<TableFile>>, memtable_size: usize) -> usize {
+    let (mut tables, mut bytes) = (0usize, 0u64);
+    for f in files {
+        tables += 1;
+        bytes = bytes.saturating_add(f.info.size);
+    }
+    let flushes = bytes.div_ceil(memtable_size.max(1) as u64);
+    tables.max(usize::try_from(flushes).unwrap_or(usize::MAX))
+}
+
 /// The live tables and version-level range tombstones.
 pub(crate) struct Version {
     /// `levels[0]` is newest first; deeper levels are sorted by key and do not overlap.
@@ -222,6 +239,12 @@ impl Version {
         };
         let max_seq = levels.iter().flatten().map(|f| f.info.max_seq).max().unwrap_or(0);
         Ok(Version { levels, tombstones, fragmented, max_seq })
+    }
+
+    /// Level 0's weight as the write triggers and compaction scores count it
+    /// ([`l0_weight`]), with flushes of `memtable_size` bytes.
+    pub fn l0_weight(&self, memtable_size: usize) -> usize {
+        l0_weight(&self.levels[0], memtable_size)
     }
 
     /// Checks that levels 1+ are sorted and non-overlapping (used when opening).

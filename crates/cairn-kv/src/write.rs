@@ -274,7 +274,7 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
         // log's holder, the caller, switches it.
         {
             let sv = inner.sv.load();
-            if sv.version.levels[0].len() < inner.opts.level0_slowdown_trigger
+            if sv.l0_weight < inner.opts.level0_slowdown_trigger
                 && sv.mem.approximate_bytes() < inner.opts.memtable_size
             {
                 wal.slowdown_owed = Duration::ZERO;
@@ -282,7 +282,7 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
             }
         }
         let mut st = inner.state.lock();
-        let l0 = st.version.levels[0].len();
+        let l0 = st.version.l0_weight(inner.opts.memtable_size);
         let (slowdown, stop) = (inner.opts.level0_slowdown_trigger, inner.opts.level0_stop_trigger);
         if l0 >= stop {
             let t = Instant::now();
@@ -318,9 +318,9 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
     }
 }
 
-/// Bytes per second writes may make with `l0` tables in level 0, between the slowdown and stop
-/// triggers: `rate` at the slowdown trigger, falling in proportion to the tables left before
-/// the stop trigger.
+/// Bytes per second writes may make with level 0 weighing `l0` ([`crate::version::l0_weight`]),
+/// between the slowdown and stop triggers: `rate` at the slowdown trigger, falling in
+/// proportion to the weight left before the stop trigger.
 fn slowdown_rate(rate: u64, l0: usize, slowdown: usize, stop: usize) -> u64 {
     let left = stop.saturating_sub(l0).max(1) as u64;
     let span = stop.saturating_sub(slowdown).max(1) as u64;

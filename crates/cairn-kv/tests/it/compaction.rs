@@ -217,6 +217,55 @@ fn writes_are_held_to_the_delayed_write_rate_over_the_slowdown_trigger() {
 }
 
 #[test]
+fn writes_are_slowed_by_the_bytes_in_level0_not_only_its_table_count() {
+    // One level-0 table of ~300 KiB (flushed from a 1 MiB memtable), then reopened with 4 KiB
+    // memtables: the 16 flushes of the writes below keep the table count under the slowdown
+    // trigger of 40, but the bytes are 75 memtables' worth and more (what intra-level-0 merges
+    // leave), so writes are slowed; and level 0 is compacted although its table count is
+    // under the compaction trigger.
+    let storage = MemStorage::new();
+    let first = Options { memtable_size: 1 << 20, dynamic_level_bytes: false, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", first, Arc::new(storage.clone())).unwrap();
+    let put = |db: &Db, i: u32| {
+        let mut b = WriteBatch::new();
+        b.put(format!("key{i:08}"), noise(u64::from(i), 1000)).unwrap();
+        db.write_opt(b, WriteOptions::no_sync()).unwrap();
+    };
+    for i in 0..300 {
+        put(&db, i);
+    }
+    db.flush().unwrap();
+    assert_eq!(db.stats().levels[0].tables, 1);
+    drop(db);
+    let slowed = Options {
+        memtable_size: 4 << 10,
+        dynamic_level_bytes: false,
+        level0_compaction_trigger: 1000,
+        level0_slowdown_trigger: 40,
+        level0_stop_trigger: 1000,
+        delayed_write_rate: 64 << 10,
+        ..Options::small_for_tests()
+    };
+    let db = Db::open_with_storage("/db", slowed.clone(), Arc::new(storage.clone())).unwrap();
+    let t = std::time::Instant::now();
+    for i in 300..364 {
+        put(&db, i);
+    }
+    // 64 KiB at ~95% of 64 KiB/s (the rate falls toward the stop trigger): about a second.
+    let stalled = db.stats().stall_slowdown_micros;
+    assert!(db.stats().levels[0].tables < 40);
+    assert!(stalled >= 800_000, "stalled {stalled} µs");
+    assert!(t.elapsed() >= std::time::Duration::from_micros(stalled));
+    drop(db);
+    let compacted = Options { level0_compaction_trigger: 4, ..slowed };
+    let db = Db::open_with_storage("/db", compacted, Arc::new(storage)).unwrap();
+    db.wait_for_compactions().unwrap();
+    let levels = db.stats().levels;
+    assert_eq!(levels[0].tables, 0, "level 0 not compacted: {levels:?}");
+    assert_eq!(db.iter().count(), 364);
+}
+
+#[test]
 fn writes_stall_instead_of_growing_level0_without_bound() {
     let storage = MemStorage::new();
     let opts = Options {
