@@ -60,6 +60,16 @@ pub(crate) struct SuperVersion {
 }
 
 impl SuperVersion {
+    /// The view of `state` readers and writers see, level 0 weighed with `memtable_size`.
+    fn of(state: &State, memtable_size: usize) -> Self {
+        SuperVersion {
+            mem: state.mem.clone(),
+            imms: state.imms.iter().rev().cloned().collect(),
+            version: state.version.clone(),
+            l0_weight: state.version.l0_weight(memtable_size),
+        }
+    }
+
     /// The newest range tombstone `<= seq` covering `user_key`, from any memtable or the
     /// version. Allocation-free when no range tombstone exists.
     pub fn max_covering(&self, user_key: &[u8], seq: SeqNo) -> Option<SeqNo> {
@@ -154,12 +164,7 @@ impl DbInner {
         last_seq: SeqNo,
         lock: Box<dyn FileLock>,
     ) -> Self {
-        let sv = SuperVersion {
-            mem: state.mem.clone(),
-            imms: state.imms.iter().rev().cloned().collect(),
-            version: state.version.clone(),
-            l0_weight: state.version.l0_weight(opts.memtable_size),
-        };
+        let sv = SuperVersion::of(&state, opts.memtable_size);
         let pacer = Arc::new(crate::pacer::Pacer::new(opts.sync_pacing));
         DbInner {
             dir,
@@ -231,15 +236,10 @@ impl DbInner {
     pub fn install_super_version(&self, state: &State) {
         // What the pacer exempts follows the state readers see: level 0 near the slowdown
         // trigger, and as many frozen memtables as writers may have before they stall.
-        let l0_weight = state.version.l0_weight(self.opts.memtable_size);
-        self.pacer.set_urgent(l0_weight >= crate::pacer::l0_urgent_files(&self.opts));
+        let sv = SuperVersion::of(state, self.opts.memtable_size);
+        self.pacer.set_urgent(sv.l0_weight >= crate::pacer::l0_urgent_files(&self.opts));
         self.pacer.set_flush_urgent(crate::pacer::flush_urgent(&self.opts, state.imms.len()));
-        self.sv.store(Arc::new(SuperVersion {
-            mem: state.mem.clone(),
-            imms: state.imms.iter().rev().cloned().collect(),
-            version: state.version.clone(),
-            l0_weight,
-        }));
+        self.sv.store(Arc::new(sv));
     }
 
     /// The newest version of `user_key` at or below `seq` in `sv`, ignoring range tombstones.
