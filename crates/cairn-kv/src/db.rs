@@ -195,8 +195,12 @@ impl DbInner {
     #[inline]
     pub fn failpoint(&self, name: &str) {
         #[cfg(feature = "failpoints")]
-        if let Some(hook) = self.failpoint_hook.lock().clone() {
-            hook(name);
+        {
+            // Not under the lock: a hook may block one thread while others pass failpoints.
+            let hook = self.failpoint_hook.lock().clone();
+            if let Some(hook) = hook {
+                hook(name);
+            }
         }
         #[cfg(not(feature = "failpoints"))]
         let _ = name;
