@@ -9,6 +9,7 @@ use crate::compaction::Compaction;
 use crate::db::{DbInner, State};
 use crate::flush::{TableOutput, build_table};
 use crate::manifest::ManifestWriter;
+use crate::memtable::Memtable;
 use crate::table_builder::WarmPolicy;
 use crate::version_edit::VersionEdit;
 use crate::{Error, Result};
@@ -94,7 +95,7 @@ fn stopping(inner: &DbInner) -> bool {
 
 fn flush_loop(inner: &Arc<DbInner>) {
     loop {
-        let (imm, file_no, snapshots) = {
+        let (mems, file_no, snapshots) = {
             let mut st = inner.state.lock();
             while !stopping(inner) && (st.imms.is_empty() || st.flushing) {
                 inner.bg_cv.wait(&mut st);
@@ -102,17 +103,19 @@ fn flush_loop(inner: &Arc<DbInner>) {
             if stopping(inner) {
                 return;
             }
-            let Some(imm) = st.imms.front().cloned() else { continue };
+            // Every frozen memtable waiting goes into one table (see `build_table`).
+            let mems: Vec<Arc<Memtable>> = st.imms.iter().cloned().collect();
             st.flushing = true;
-            (imm, st.alloc_file_no(), inner.snapshots.list())
+            (mems, st.alloc_file_no(), inner.snapshots.list())
         };
+        inner.failpoint("flush.build");
         let setup = |out: &mut TableOutput<'_>| {
             if inner.opts.prepopulate_block_cache {
                 out.warm(inner.block_cache.clone(), WarmPolicy::Always);
             }
             out.pace(inner.pacer.clone(), crate::pacer::FLUSH, inner.opts.memtable_size as u64);
         };
-        let built = build_table(&inner.storage, &inner.dir, &inner.opts, file_no, &imm, &snapshots, &setup);
+        let built = build_table(&inner.storage, &inner.dir, &inner.opts, file_no, &mems, &snapshots, &setup);
         let mut st = inner.state.lock();
         st.flushing = false;
         let res = built.and_then(|info| {
@@ -121,14 +124,14 @@ fn flush_loop(inner: &Arc<DbInner>) {
                 inner.counters.add_flush(info.size);
                 edit.new_files.push((0, info));
             }
-            edit.added_tombstones = imm.range_tombstones();
+            edit.added_tombstones = mems.iter().flat_map(|m| m.range_tombstones()).collect();
             // Logs older than the next unflushed memtable's are no longer needed.
-            let next_wal = st.imms.get(1).map_or(st.mem.wal_number(), |m| m.wal_number());
+            let next_wal = st.imms.get(mems.len()).map_or(st.mem.wal_number(), |m| m.wal_number());
             edit.log_number = Some(next_wal);
-            // The frozen memtable leaves the read path in the same step as its table enters it.
-            let popped = st.imms.pop_front();
+            // The frozen memtables leave the read path in the same step as their table enters it.
+            let popped: Vec<Arc<Memtable>> = st.imms.drain(..mems.len()).collect();
             if let Err(e) = log_and_apply(inner, &mut st, edit) {
-                if let Some(m) = popped {
+                for m in popped.into_iter().rev() {
                     st.imms.push_front(m);
                 }
                 return Err(e);

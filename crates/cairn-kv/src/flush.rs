@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use crate::block_cache::BlockCache;
 use crate::error::IoContext;
+use crate::iter::InternalIterator;
 use crate::key::{self, SeqNo, ValueKind};
 use crate::memtable::Memtable;
+use crate::merge_iter::MergingIterator;
 use crate::options::TableOptions;
 use crate::pacer::{CHUNK, Pacer};
-use crate::range_del::FragmentedTombstones;
+use crate::range_del::{FragmentedTombstones, RangeTombstone};
 use crate::storage::{Storage, WritableFile};
 use crate::table_builder::{TableBuilder, WarmPolicy};
 use crate::table_cache::TableCache;
@@ -250,27 +252,52 @@ impl WritableFile for PacedFile {
     }
 }
 
-/// Writes the live content of a frozen memtable as table `file_no`; `None` when nothing
-/// survives the filter. `snapshots` are the live snapshots, ascending. `setup` prepares the
-/// output before the first entry (a flush warms the block cache and is paced there).
+/// Writes the live content of one or more frozen memtables (oldest first) as the single table
+/// `file_no`; `None` when nothing survives the filter. `snapshots` are the live snapshots,
+/// ascending. `setup` prepares the output before the first entry (a flush warms the block
+/// cache and is paced there).
+///
+/// Several memtables make one table, as RocksDB's flush does when it finds more than one
+/// waiting: level 0 gains one table, not one per memtable, and each scan and each level-0
+/// compaction then merges one table fewer per memtable. Their sequence ranges do not overlap
+/// (each was frozen before the next took writes), so the table's range still lies wholly above
+/// or below every other level-0 table's; a newer memtable's range tombstones drop what they
+/// hide in the older ones that no snapshot sees.
 pub(crate) fn build_table(
     storage: &Arc<dyn Storage>,
     dir: &Path,
     opts: &Options,
     file_no: u64,
-    mem: &Arc<Memtable>,
+    mems: &[Arc<Memtable>],
     snapshots: &[SeqNo],
     setup: &dyn Fn(&mut TableOutput<'_>),
 ) -> Result<Option<FileInfo>> {
-    let frag = mem.fragmented_tombstones();
-    let max_tombstone = mem.range_tombstones().iter().map(|t| t.seq).max().unwrap_or(0);
+    let tombstones: Vec<RangeTombstone> = mems.iter().flat_map(|m| m.range_tombstones()).collect();
+    let max_tombstone = tombstones.iter().map(|t| t.seq).max().unwrap_or(0);
+    let frag = match mems {
+        [one] => one.fragmented_tombstones(),
+        _ if tombstones.is_empty() => None,
+        _ => Some(Arc::new(FragmentedTombstones::new(&tombstones))),
+    };
     let mut filter = VersionFilter::new(snapshots, false, frag.as_deref());
     let mut out = TableOutput::new(storage, dir, opts, u64::MAX);
     setup(&mut out);
     let mut alloc = || file_no;
-    for (k, v) in mem.entries() {
-        if filter.keep(k) {
-            out.add(k, v, &mut alloc)?;
+    if let [one] = mems {
+        // Walking the skiplist's links directly is cheaper than a merge of one.
+        for (k, v) in one.entries() {
+            if filter.keep(k) {
+                out.add(k, v, &mut alloc)?;
+            }
+        }
+    } else {
+        let mut merged = MergingIterator::new(mems.iter().map(|m| m.iter()).collect());
+        merged.seek_to_first()?;
+        while merged.valid() {
+            if filter.keep(merged.key()) {
+                out.add(merged.key(), merged.value(), &mut alloc)?;
+            }
+            merged.next()?;
         }
     }
     let (files, _) = out.finish(filter.tombstones_applied(max_tombstone))?;

@@ -221,7 +221,7 @@ fn flush_recovered(
     let no = *next_file_no;
     *next_file_no += 1;
     // No snapshot exists while opening.
-    if let Some(info) = build_table(storage, dir, opts, no, mem, &[], &|_| {})? {
+    if let Some(info) = build_table(storage, dir, opts, no, std::slice::from_ref(mem), &[], &|_| {})? {
         edit.new_files.push((0, info));
     }
     edit.added_tombstones.extend(mem.range_tombstones());

@@ -448,3 +448,78 @@ fn a_compaction_keeps_what_a_snapshot_taken_while_it_runs_reads_under_a_later_ra
     db.compact_all().unwrap();
     assert_eq!(db.iter().count(), 0);
 }
+
+#[test]
+fn frozen_memtables_waiting_together_are_flushed_as_one_table() {
+    use std::sync::Mutex;
+    use std::sync::mpsc::channel;
+    use std::time::Duration;
+    // The first flush is held at a failpoint while the writer freezes six or more memtables
+    // of ~1 KiB entries; released, the flush thread writes all of them as one level-0 table.
+    // A snapshot is taken between them, and a later one holds a range deletion of keys that
+    // earlier ones in the same flush hold: the snapshot must still read them, the current
+    // state must not.
+    let storage = MemStorage::new();
+    let opts = Options {
+        memtable_size: 16 << 10,
+        max_immutable_memtables: 16,
+        dynamic_level_bytes: false,
+        level0_compaction_trigger: 1000,
+        level0_slowdown_trigger: 1000,
+        level0_stop_trigger: 1000,
+        ..Options::small_for_tests()
+    };
+    let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
+    let (reached_tx, reached) = channel::<()>();
+    let (release, release_rx) = channel::<()>();
+    let gate = Mutex::new(Some((reached_tx, release_rx)));
+    db.set_failpoint_hook(Some(Arc::new(move |name: &str| {
+        if name == "flush.build"
+            && let Some((reached, release)) = gate.lock().unwrap().take()
+        {
+            reached.send(()).unwrap();
+            release.recv_timeout(Duration::from_secs(30)).unwrap();
+        }
+    })));
+    let mut model = std::collections::BTreeMap::new();
+    let put = |model: &mut std::collections::BTreeMap<Vec<u8>, Vec<u8>>, i: u64, round: u64| {
+        let (k, v) = (format!("key{i:04}").into_bytes(), noise(i * 7 + round, 1000));
+        let mut b = WriteBatch::new();
+        b.put(&k, &v).unwrap();
+        db.write_opt(b, WriteOptions::no_sync()).unwrap();
+        model.insert(k, v);
+    };
+    for i in 0..100 {
+        put(&mut model, i, 0);
+    }
+    reached.recv_timeout(Duration::from_secs(30)).expect("no flush reached the failpoint");
+    let before = db.snapshot();
+    let seen_before: Vec<_> = model.clone().into_iter().collect();
+    let mut b = WriteBatch::new();
+    b.delete_range("key0020", "key0060").unwrap();
+    db.write_opt(b, WriteOptions::no_sync()).unwrap();
+    model.retain(|k, _| !(k.as_slice() >= b"key0020".as_slice() && k.as_slice() < b"key0060".as_slice()));
+    for i in (0..100).step_by(3) {
+        put(&mut model, i, 1);
+    }
+    // ~134 entries of ~1 KiB, at most 17 to a memtable: 7 memtables at least, all but the
+    // newest frozen while the first flush was held.
+    assert!(db.stats().immutable_memtables >= 6, "{:?}", db.stats());
+    release.send(()).unwrap();
+    db.flush().unwrap();
+    db.set_failpoint_hook(None);
+    let stats = db.stats();
+    // The held flush, the memtables that waited for it, and the one `flush` froze (unless it
+    // was frozen before the second flush began).
+    assert!(stats.flushes <= 3, "{} flushes", stats.flushes);
+    assert_eq!(stats.levels[0].tables as u64, stats.flushes, "{stats:?}");
+    let model: Vec<_> = model.into_iter().collect();
+    assert_eq!(contents(&db), model);
+    let snap: Vec<(Vec<u8>, Vec<u8>)> =
+        before.iter().map(|r| r.map(|(k, v)| (k.to_vec(), v.to_vec()))).collect::<Result<_, _>>().unwrap();
+    assert_eq!(snap, seen_before, "the snapshot lost versions");
+    drop(before);
+    drop(db);
+    let db = Db::open_with_storage("/db", opts, Arc::new(storage)).unwrap();
+    assert_eq!(contents(&db), model);
+}

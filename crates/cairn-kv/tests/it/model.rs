@@ -3,6 +3,8 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use cairn_kv::{Db, MemStorage, Options, Snapshot, WriteBatch, WriteOptions};
 use proptest::prelude::*;
@@ -20,6 +22,10 @@ enum Op {
     TakeSnapshot,
     CheckSnapshots,
     Flush,
+    /// Holds the flush thread (for up to 200 ms) until `ReleaseFlushes`, a flush, a
+    /// compaction or a reopening: frozen memtables pile up and are flushed together.
+    HoldFlushes,
+    ReleaseFlushes,
     CompactAll,
     Reopen,
     Crash,
@@ -47,6 +53,8 @@ fn op() -> impl Strategy<Value = Op> {
         2 => Just(Op::TakeSnapshot),
         3 => Just(Op::CheckSnapshots),
         3 => Just(Op::Flush),
+        2 => Just(Op::HoldFlushes),
+        2 => Just(Op::ReleaseFlushes),
         2 => Just(Op::CompactAll),
         2 => Just(Op::Reopen),
         2 => Just(Op::Crash),
@@ -54,11 +62,24 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 fn opts() -> Options {
-    Options { memtable_size: 16 << 10, target_file_size: 16 << 10, ..Options::small_for_tests() }
+    Options {
+        memtable_size: 16 << 10,
+        target_file_size: 16 << 10,
+        max_immutable_memtables: 6,
+        ..Options::small_for_tests()
+    }
 }
 
-fn open(storage: &MemStorage) -> Db {
-    Db::open_with_storage("/m", opts(), Arc::new(storage.clone())).unwrap()
+fn open(storage: &MemStorage, hold: &Arc<AtomicBool>) -> Db {
+    let db = Db::open_with_storage("/m", opts(), Arc::new(storage.clone())).unwrap();
+    let hold = hold.clone();
+    db.set_failpoint_hook(Some(Arc::new(move |name: &str| {
+        let start = Instant::now();
+        while name == "flush.build" && hold.load(Ordering::Acquire) && start.elapsed() < Duration::from_millis(200) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })));
+    db
 }
 
 fn contents(db: &Db) -> Model {
@@ -71,7 +92,8 @@ fn wopts(sync: bool) -> WriteOptions {
 
 fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
     let storage = MemStorage::new();
-    let mut db = open(&storage);
+    let hold = Arc::new(AtomicBool::new(false));
+    let mut db = open(&storage, &hold);
     let mut model = Model::new();
     // States reached by writes not yet known durable (a power cut may roll back to any of them).
     let mut since_sync: Vec<Model> = Vec::new();
@@ -165,21 +187,31 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     prop_assert_eq!(&walked, m);
                 }
             }
-            Op::Flush => db.flush().unwrap(),
-            Op::CompactAll => db.compact_all().unwrap(),
+            Op::HoldFlushes => hold.store(true, Ordering::Release),
+            Op::ReleaseFlushes => hold.store(false, Ordering::Release),
+            Op::Flush => {
+                hold.store(false, Ordering::Release);
+                db.flush().unwrap()
+            }
+            Op::CompactAll => {
+                hold.store(false, Ordering::Release);
+                db.compact_all().unwrap()
+            }
             Op::Reopen => {
+                hold.store(false, Ordering::Release);
                 snaps.clear();
                 drop(db);
-                db = open(&storage);
+                db = open(&storage, &hold);
                 since_sync.clear();
                 durable = model.clone();
                 prop_assert_eq!(contents(&db), model.clone());
             }
             Op::Crash => {
+                hold.store(false, Ordering::Release);
                 snaps.clear();
                 drop(db);
                 storage.crash();
-                db = open(&storage);
+                db = open(&storage, &hold);
                 let got = contents(&db);
                 // Everything synced survives; unsynced writes survive as a prefix.
                 let ok = got == durable || since_sync.contains(&got);
