@@ -457,6 +457,11 @@ impl TableBlocks {
         found
     }
 
+    /// Whether block number `i`, at `offset`, is cached (without counting or using it).
+    pub fn holds(&self, i: usize, offset: u64) -> bool {
+        self.blocks.get(i).is_some_and(|b| b.load().as_ref().is_some_and(|b| b.offset() == offset))
+    }
+
     /// The cached block number `i`, without counting a hit or a miss: a scan looking one block
     /// ahead, which counts the hit with [`TableBlocks::count_hit`] if it then uses the block.
     pub fn peek(&self, i: usize) -> Option<Arc<Block>> {

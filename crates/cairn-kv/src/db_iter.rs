@@ -8,12 +8,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::db::{DbInner, SuperVersion};
-use crate::iter::InternalIterator;
+use crate::iter::{InternalIterator, PrepareSeek};
 use crate::key::{self, MAX_SEQ, SeqNo, ValueKind};
 use crate::memtable::MemtableIter;
 use crate::merge_iter::{LevelFiles, LevelIter, MergingIterator};
 use crate::range_del::FragmentedTombstones;
-use crate::table_reader::TableIter;
+use crate::table_reader::{PendingRead, TableIter};
 use crate::{Error, Result};
 
 /// A key-value pair returned by iterators.
@@ -35,6 +35,16 @@ macro_rules! each_source {
             Source::Level($it) => $e,
         }
     };
+}
+
+impl PrepareSeek for Source {
+    fn prepare_seek(&mut self, target: &[u8], reads: &mut Vec<PendingRead>) -> Result<()> {
+        match self {
+            Source::Mem(_) => Ok(()),
+            Source::Table(it) => it.prepare_seek(target, reads),
+            Source::Level(it) => it.prepare_seek(target, reads),
+        }
+    }
 }
 
 impl InternalIterator for Source {

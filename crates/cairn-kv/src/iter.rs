@@ -66,3 +66,17 @@ impl<I: InternalIterator + ?Sized> InternalIterator for Box<I> {
         (**self).value_bytes()
     }
 }
+
+/// Before a seek: what can be positioned without reading a data block is positioned, and the
+/// data blocks the seek will read that are not cached are listed, so that a merge of many
+/// tables asks the device for all of them at once ([`crate::merge_iter::MergingIterator`]).
+pub(crate) trait PrepareSeek {
+    /// Adds to `reads` the blocks `seek(target)` will read from files. The next positioning
+    /// call must be `seek(target)` (an iterator may keep what it positioned for it).
+    fn prepare_seek(&mut self, target: &[u8], reads: &mut Vec<crate::table_reader::PendingRead>) -> Result<()> {
+        let _ = (target, reads);
+        Ok(())
+    }
+}
+
+impl PrepareSeek for Box<dyn InternalIterator> {}

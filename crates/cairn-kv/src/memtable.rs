@@ -209,6 +209,8 @@ impl MemtableIter {
     }
 }
 
+impl crate::iter::PrepareSeek for MemtableIter {}
+
 impl InternalIterator for MemtableIter {
     fn valid(&self) -> bool {
         self.cursor.valid()

@@ -114,6 +114,12 @@ pub trait RandomAccessFile: Send + Sync {
     fn is_empty(&self) -> bool {
         self.len() == 0
     }
+    /// A hint that `len` bytes at `offset` will be read soon: files on a device start reading
+    /// them into the OS page cache and return without waiting, so that several reads a seek
+    /// needs go to the device at once, not one after another. Does nothing by default.
+    fn will_need(&self, offset: u64, len: u64) {
+        let _ = (offset, len);
+    }
 }
 
 /// Guard of a lock taken with [`Storage::lock`]; dropping it releases the lock.

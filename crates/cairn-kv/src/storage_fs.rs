@@ -118,6 +118,10 @@ impl RandomAccessFile for FsRandom {
     fn len(&self) -> u64 {
         self.len
     }
+
+    fn will_need(&self, offset: u64, len: u64) {
+        crate::storage_mmap::advise_will_need(&self.file, offset, len);
+    }
 }
 
 /// Holds the locked file; closing it releases the lock.

@@ -19,8 +19,8 @@
 //! segment. Without the threads (if they cannot be started) the writer does both itself.
 //!
 //! Besides the arena skiplist, this is cairn-kv's only `unsafe` code: `mmap`, `madvise`,
-//! `munmap`, `fallocate`, `sync_file_range` (also for plain files' [`start_write_back`]) and
-//! copies into the mapped segments.
+//! `munmap`, `fallocate`, `sync_file_range` (also for plain files' [`start_write_back`]),
+//! `posix_fadvise` (plain files' [`advise_will_need`]) and copies into the mapped segments.
 #![allow(unsafe_code)]
 
 use std::fs::{File, OpenOptions};
@@ -174,6 +174,14 @@ pub(crate) fn start_write_back(file: &File, offset: u64, len: u64) -> io::Result
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Asks the kernel to start reading `len` bytes of `file` at `offset` into the page cache
+/// (`POSIX_FADV_WILLNEED`), without waiting for them. Only a hint: errors are ignored.
+pub(crate) fn advise_will_need(file: &File, offset: u64, len: u64) {
+    let (Ok(off), Ok(len)) = (libc::off_t::try_from(offset), libc::off_t::try_from(len)) else { return };
+    // SAFETY: a plain system call on an open descriptor; no memory is passed.
+    let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), off, len, libc::POSIX_FADV_WILLNEED) };
 }
 
 impl MappedLog {

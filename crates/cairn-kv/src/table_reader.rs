@@ -16,7 +16,7 @@ use crate::block_cache::{BlockCache, TableBlocks};
 use crate::bloom::BloomFilter;
 use crate::compression::{decompress, decompress_pooled};
 use crate::error::IoContext;
-use crate::iter::InternalIterator;
+use crate::iter::{InternalIterator, PrepareSeek};
 use crate::key;
 use crate::table_builder::{BLOCK_TRAILER_LEN, FOOTER_LEN, Footer, block_checksum};
 use crate::{Error, RandomAccessFile, Result};
@@ -209,6 +209,10 @@ impl TableReader {
             data_limit: 0,
             ahead: None,
             readahead: None,
+            prepared: false,
+            sought: Vec::new(),
+            advised_end: 0,
+            advise_window: FIRST_ADVICE,
         }
     }
 
@@ -373,7 +377,34 @@ pub struct TableIter {
     ahead: Option<(u64, Option<Arc<Block>>)>,
     /// Set for a sequential iterator: blocks come from here, not the block cache.
     readahead: Option<Readahead>,
+    /// Whether [`PrepareSeek::prepare_seek`] left the index on the block for a seek to `sought`.
+    prepared: bool,
+    sought: Vec<u8>,
+    /// Going forward from a seek: the file is asked for the data up to here ahead of the reads
+    /// (see [`TableIter::advise_ahead`]), and how much the next request asks for.
+    advised_end: u64,
+    advise_window: u64,
 }
+
+/// A data block a seek is about to read from a table's file: [`PendingRead::start`] asks the
+/// file to start reading it ([`RandomAccessFile::will_need`]).
+pub(crate) struct PendingRead {
+    file: Arc<dyn RandomAccessFile>,
+    offset: u64,
+    len: u64,
+}
+
+impl PendingRead {
+    /// Starts the read without waiting for it.
+    pub fn start(&self) {
+        self.file.will_need(self.offset, self.len);
+    }
+}
+
+/// The first read-ahead request of a forward scan that steps into a block not cached, in
+/// bytes; each further one doubles, up to [`MAX_ADVICE`].
+const FIRST_ADVICE: u64 = 16 << 10;
+const MAX_ADVICE: u64 = 256 << 10;
 
 impl TableIter {
     /// The current value as shared bytes (no copy). Requires `valid()`.
@@ -429,6 +460,28 @@ impl TableIter {
         self.ahead = Some((self.data_limit, next));
     }
 
+    /// Going forward into the block the index stands on: if it is not cached and not already
+    /// asked for, asks the file for it and the blocks after it, 16 KiB at first and twice as
+    /// much each further time this scan gets past what it asked for (up to 256 KiB), as
+    /// RocksDB's iterators read ahead. A scan of a few blocks so reads them in one or two
+    /// device requests instead of one per block; a short one asks for at most 16 KiB more than
+    /// it uses.
+    fn advise_ahead(&mut self) -> Result<()> {
+        if self.readahead.is_some() || !self.index.valid() {
+            return Ok(());
+        }
+        let h = self.index.handle()?;
+        let Some(end) = block_end(h) else { return Ok(()) };
+        if end <= self.advised_end || self.table.blocks.holds(self.index.restart_index(), h.offset) {
+            return Ok(());
+        }
+        let until = h.offset.saturating_add(self.advise_window).max(end).min(self.table.data_end);
+        self.table.file.will_need(h.offset, until.saturating_sub(h.offset));
+        self.advised_end = until;
+        self.advise_window = (self.advise_window * 2).min(MAX_ADVICE);
+        Ok(())
+    }
+
     fn skip_forward(&mut self) -> Result<()> {
         while !self.data_valid() {
             if !self.index.valid() {
@@ -436,6 +489,7 @@ impl TableIter {
                 return Ok(());
             }
             self.index.next()?;
+            self.advise_ahead()?;
             self.init_data_block()?;
             if let Some(d) = &mut self.data {
                 d.seek_to_first()?;
@@ -461,6 +515,7 @@ impl TableIter {
 
     /// Runs a positioning step; on error the iterator becomes invalid.
     fn step(&mut self, f: impl FnOnce(&mut Self) -> Result<()>) -> Result<()> {
+        self.prepared = false;
         let r = f(self);
         if r.is_err() {
             self.data = None;
@@ -476,6 +531,8 @@ impl InternalIterator for TableIter {
 
     fn seek_to_first(&mut self) -> Result<()> {
         self.step(|s| {
+            s.advised_end = 0;
+            s.advise_window = FIRST_ADVICE;
             s.index.seek_to_first()?;
             s.init_data_block()?;
             if let Some(d) = &mut s.data {
@@ -497,8 +554,13 @@ impl InternalIterator for TableIter {
     }
 
     fn seek(&mut self, target: &[u8]) -> Result<()> {
+        let prepared = self.prepared && self.sought == target;
         self.step(|s| {
-            s.table.seek_index(&mut s.index, target)?;
+            s.advised_end = 0;
+            s.advise_window = FIRST_ADVICE;
+            if !prepared {
+                s.table.seek_index(&mut s.index, target)?;
+            }
             s.init_data_block()?;
             if let Some(d) = &mut s.data {
                 d.seek(target)?;
@@ -553,6 +615,33 @@ impl InternalIterator for TableIter {
     }
     fn value_bytes(&self) -> Bytes {
         TableIter::value_bytes(self)
+    }
+}
+
+impl PrepareSeek for TableIter {
+    fn prepare_seek(&mut self, target: &[u8], reads: &mut Vec<PendingRead>) -> Result<()> {
+        self.prepared = false;
+        if self.readahead.is_some() {
+            return Ok(());
+        }
+        if let Err(e) = self.table.seek_index(&mut self.index, target) {
+            self.data = None;
+            return Err(e);
+        }
+        self.sought.clear();
+        self.sought.extend_from_slice(target);
+        self.prepared = true;
+        if self.index.valid() {
+            let h = self.index.handle()?;
+            let held = self.data.is_some() && self.data_offset == h.offset;
+            if !held
+                && !self.table.blocks.holds(self.index.restart_index(), h.offset)
+                && let Some(end) = block_end(h)
+            {
+                reads.push(PendingRead { file: self.table.file.clone(), offset: h.offset, len: end - h.offset });
+            }
+        }
+        Ok(())
     }
 }
 

@@ -119,3 +119,54 @@ fn snapshots_pin_old_versions_through_compaction() {
     assert_eq!(db.get(b"k").unwrap(), None);
     assert_eq!(db.iter().count(), 2000);
 }
+
+#[test]
+fn a_cold_seek_asks_for_every_tables_block_at_once_and_a_long_scan_reads_ahead() {
+    use cairn_kv::{Db, MemStorage, Options};
+    use std::sync::Arc;
+    // Six overlapping level-0 tables of 1 KiB blocks, each holding every sixth key.
+    let storage = MemStorage::new();
+    let opts = Options {
+        memtable_size: 1 << 20,
+        block_size: 1024,
+        block_cache_bytes: 8 << 20,
+        dynamic_level_bytes: false,
+        level0_compaction_trigger: 1000,
+        level0_slowdown_trigger: 1000,
+        level0_stop_trigger: 1000,
+        ..Options::small_for_tests()
+    };
+    let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
+    for t in 0..6u64 {
+        for i in (t..3000).step_by(6) {
+            db.put(format!("key{i:06}"), crate::noise(i, 100)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    drop(db);
+    let db = Db::open_with_storage("/db", opts, Arc::new(storage.clone())).unwrap();
+    assert_eq!(db.stats().levels[0].tables, 6);
+    let asked = || storage.will_needs().0;
+    let misses = || db.stats().block_cache_misses;
+
+    // Cold: the seek names each table's block before reading any.
+    let before = asked();
+    assert_eq!(keys(db.range("key001000".."key001003")), ["key001000", "key001001", "key001002"]);
+    assert!(asked() - before >= 6, "{} reads asked for", asked() - before);
+    // Cached: nothing to ask for.
+    let before = asked();
+    assert_eq!(db.range("key001000".."key001003").count(), 3);
+    assert_eq!(asked(), before);
+
+    // A long forward scan, 100 keys of ~110 bytes from each table: its blocks come in a few
+    // requests per table, not one per block.
+    let (before, read_before) = (asked(), misses());
+    assert_eq!(db.range("key002000".."key002600").count(), 600);
+    let (requests, reads) = (asked() - before, misses() - read_before);
+    assert!(reads >= 60, "{reads} blocks read");
+    assert!(requests * 3 <= reads, "{requests} requests for {reads} blocks");
+    // Backward scans do not read ahead.
+    let before = asked();
+    assert_eq!(db.range("key000100".."key000700").rev().count(), 600);
+    assert_eq!(asked(), before, "requests going backward");
+}
