@@ -460,15 +460,7 @@ fn frozen_memtables_waiting_together_are_flushed_as_one_table() {
     // earlier ones in the same flush hold: the snapshot must still read them, the current
     // state must not.
     let storage = MemStorage::new();
-    let opts = Options {
-        memtable_size: 16 << 10,
-        max_immutable_memtables: 16,
-        dynamic_level_bytes: false,
-        level0_compaction_trigger: 1000,
-        level0_slowdown_trigger: 1000,
-        level0_stop_trigger: 1000,
-        ..Options::small_for_tests()
-    };
+    let opts = Options { memtable_size: 16 << 10, max_immutable_memtables: 16, ..crate::level0_kept() };
     let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
     let (reached_tx, reached) = channel::<()>();
     let (release, release_rx) = channel::<()>();

@@ -126,16 +126,7 @@ fn a_cold_seek_asks_for_every_tables_block_at_once_and_a_long_scan_reads_ahead()
     use std::sync::Arc;
     // Six overlapping level-0 tables of 1 KiB blocks, each holding every sixth key.
     let storage = MemStorage::new();
-    let opts = Options {
-        memtable_size: 1 << 20,
-        block_size: 1024,
-        block_cache_bytes: 8 << 20,
-        dynamic_level_bytes: false,
-        level0_compaction_trigger: 1000,
-        level0_slowdown_trigger: 1000,
-        level0_stop_trigger: 1000,
-        ..Options::small_for_tests()
-    };
+    let opts = Options { memtable_size: 1 << 20, block_size: 1024, block_cache_bytes: 8 << 20, ..crate::level0_kept() };
     let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
     for t in 0..6u64 {
         for i in (t..3000).step_by(6) {

@@ -21,6 +21,18 @@ pub fn mem_db() -> (Db, MemStorage) {
     (db, storage)
 }
 
+/// `Options::small_for_tests` with level 0 never compacted and never slowing writes, so that
+/// a test sees every table its flushes wrote.
+pub fn level0_kept() -> Options {
+    Options {
+        dynamic_level_bytes: false,
+        level0_compaction_trigger: 1000,
+        level0_slowdown_trigger: 1000,
+        level0_stop_trigger: 1000,
+        ..Options::small_for_tests()
+    }
+}
+
 /// Reopens the database on `storage`.
 pub fn reopen(storage: &MemStorage, opts: Options) -> Db {
     Db::open_with_storage("/db", opts, Arc::new(storage.clone())).unwrap()
