@@ -97,7 +97,7 @@ pub struct Stats {
     pub wal_bytes_written: u64,
     /// Bytes of tables written by flushes, and how many flushes.
     pub flush_bytes_written: u64,
-    /// Number of memtable flushes.
+    /// Number of flushes (each writes one table from every frozen memtable waiting).
     pub flushes: u64,
     /// Bytes read and written by compactions, and how many compactions ran.
     pub compaction_bytes_read: u64,
