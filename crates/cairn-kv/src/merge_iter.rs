@@ -275,19 +275,23 @@ impl LevelIter {
     fn first_reaching(&self, target: &[u8]) -> usize {
         self.files.as_slice().partition_point(|f| compare_internal(&f.info.largest, target) == Ordering::Less)
     }
+
+    /// Table `i`'s cursor, kept if already open (by `prepare_seek`, or an earlier seek), else
+    /// opened; false past the last table.
+    fn reach(&mut self, i: usize) -> Result<bool> {
+        if self.cur.is_some() && self.idx == i { Ok(true) } else { self.open(i) }
+    }
 }
 
 impl PrepareSeek for LevelIter {
     fn prepare_seek(&mut self, target: &[u8], reads: &mut Vec<PendingRead>) -> Result<()> {
         let i = self.first_reaching(target);
-        let open = self.cur.is_some() && self.idx == i;
-        if !(open || self.open(i)?) {
-            return Ok(());
+        if self.reach(i)?
+            && let Some(c) = self.cur.as_mut()
+        {
+            c.prepare_seek(target, reads)?;
         }
-        match self.cur.as_mut() {
-            Some(c) => c.prepare_seek(target, reads),
-            None => Ok(()),
-        }
+        Ok(())
     }
 }
 
@@ -317,9 +321,7 @@ impl InternalIterator for LevelIter {
     }
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         let i = self.first_reaching(target);
-        // The table already open (by `prepare_seek`, or an earlier seek) is sought again.
-        let open = self.cur.is_some() && self.idx == i;
-        if (open || self.open(i)?)
+        if self.reach(i)?
             && let Some(c) = self.cur.as_mut()
         {
             c.seek(target)?;

@@ -71,9 +71,8 @@ struct State {
     max_syncing: usize,
     /// Calls of `WritableFile::write_back`.
     write_backs: u64,
-    /// Calls of `RandomAccessFile::will_need`, and the bytes they named.
+    /// Calls of `RandomAccessFile::will_need`.
     will_needs: u64,
-    will_need_bytes: u64,
 }
 
 /// In-memory storage with power-cut simulation and fault injection (see the module docs).
@@ -216,11 +215,9 @@ impl MemStorage {
         self.state.lock().write_backs
     }
 
-    /// Calls of [`RandomAccessFile::will_need`] so far, and the bytes they asked for (memory
-    /// has nothing to read ahead).
-    pub fn will_needs(&self) -> (u64, u64) {
-        let s = self.state.lock();
-        (s.will_needs, s.will_need_bytes)
+    /// Calls of [`RandomAccessFile::will_need`] so far (memory has nothing to read ahead).
+    pub fn will_needs(&self) -> u64 {
+        self.state.lock().will_needs
     }
 
     /// The most file syncs that were ever under way at once.
@@ -356,10 +353,8 @@ impl RandomAccessFile for MemRandom {
         self.node.lock().data.len() as u64
     }
 
-    fn will_need(&self, _offset: u64, len: u64) {
-        let mut s = self.storage.state.lock();
-        s.will_needs += 1;
-        s.will_need_bytes += len;
+    fn will_need(&self, _offset: u64, _len: u64) {
+        self.storage.state.lock().will_needs += 1;
     }
 }
 

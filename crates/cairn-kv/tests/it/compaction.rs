@@ -400,8 +400,6 @@ fn intra_level0_compactions_lose_no_write() {
 
 #[test]
 fn a_compaction_keeps_what_a_snapshot_taken_while_it_runs_reads_under_a_later_range_deletion() {
-    use std::sync::Mutex;
-    use std::sync::mpsc::channel;
     use std::time::Duration;
     // A compaction is held after it read the version and before it listed the snapshots;
     // meanwhile a snapshot is taken, every key is deleted by range and the deletion is
@@ -411,17 +409,7 @@ fn a_compaction_keeps_what_a_snapshot_taken_while_it_runs_reads_under_a_later_ra
     let storage = MemStorage::new();
     let opts = Options { compaction_threads: 1, ..Options::small_for_tests() };
     let db = Db::open_with_storage("/db", opts, Arc::new(storage)).unwrap();
-    let (reached_tx, reached) = channel::<()>();
-    let (release, release_rx) = channel::<()>();
-    let gate = Mutex::new(Some((reached_tx, release_rx)));
-    db.set_failpoint_hook(Some(Arc::new(move |name: &str| {
-        if name == "compaction.version_read"
-            && let Some((reached, release)) = gate.lock().unwrap().take()
-        {
-            reached.send(()).unwrap();
-            release.recv_timeout(Duration::from_secs(30)).unwrap();
-        }
-    })));
+    let (reached, release) = crate::hold_at_failpoint(&db, "compaction.version_read");
     let mut want = Vec::new();
     for table in 0..2 {
         for i in 0..50 {
@@ -451,8 +439,6 @@ fn a_compaction_keeps_what_a_snapshot_taken_while_it_runs_reads_under_a_later_ra
 
 #[test]
 fn frozen_memtables_waiting_together_are_flushed_as_one_table() {
-    use std::sync::Mutex;
-    use std::sync::mpsc::channel;
     use std::time::Duration;
     // The first flush is held at a failpoint while the writer freezes six or more memtables
     // of ~1 KiB entries; released, the flush thread writes all of them as one level-0 table.
@@ -462,17 +448,7 @@ fn frozen_memtables_waiting_together_are_flushed_as_one_table() {
     let storage = MemStorage::new();
     let opts = Options { memtable_size: 16 << 10, max_immutable_memtables: 16, ..crate::level0_kept() };
     let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
-    let (reached_tx, reached) = channel::<()>();
-    let (release, release_rx) = channel::<()>();
-    let gate = Mutex::new(Some((reached_tx, release_rx)));
-    db.set_failpoint_hook(Some(Arc::new(move |name: &str| {
-        if name == "flush.build"
-            && let Some((reached, release)) = gate.lock().unwrap().take()
-        {
-            reached.send(()).unwrap();
-            release.recv_timeout(Duration::from_secs(30)).unwrap();
-        }
-    })));
+    let (reached, release) = crate::hold_at_failpoint(&db, "flush.build");
     let mut model = std::collections::BTreeMap::new();
     let put = |model: &mut std::collections::BTreeMap<Vec<u8>, Vec<u8>>, i: u64, round: u64| {
         let (k, v) = (format!("key{i:04}").into_bytes(), noise(i * 7 + round, 1000));

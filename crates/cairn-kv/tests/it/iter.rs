@@ -137,7 +137,7 @@ fn a_cold_seek_asks_for_every_tables_block_at_once_and_a_long_scan_reads_ahead()
     drop(db);
     let db = Db::open_with_storage("/db", opts, Arc::new(storage.clone())).unwrap();
     assert_eq!(db.stats().levels[0].tables, 6);
-    let asked = || storage.will_needs().0;
+    let asked = || storage.will_needs();
     let misses = || db.stats().block_cache_misses;
 
     // Cold: the seek names each table's block before reading any.

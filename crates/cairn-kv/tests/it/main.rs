@@ -10,7 +10,9 @@ mod model;
 mod txn;
 mod wal;
 
-use std::sync::Arc;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use cairn_kv::{Db, MemStorage, Options};
 
@@ -31,6 +33,23 @@ pub fn level0_kept() -> Options {
         level0_stop_trigger: 1000,
         ..Options::small_for_tests()
     }
+}
+
+/// Holds the first background thread that passes failpoint `name` until the returned sender
+/// sends (or 30 s pass); the returned receiver hears when it is held.
+pub fn hold_at_failpoint(db: &Db, name: &'static str) -> (Receiver<()>, Sender<()>) {
+    let (reached_tx, reached) = channel::<()>();
+    let (release, release_rx) = channel::<()>();
+    let gate = Mutex::new(Some((reached_tx, release_rx)));
+    db.set_failpoint_hook(Some(Arc::new(move |at: &str| {
+        if at == name
+            && let Some((reached, release)) = gate.lock().unwrap().take()
+        {
+            reached.send(()).unwrap();
+            release.recv_timeout(Duration::from_secs(30)).unwrap();
+        }
+    })));
+    (reached, release)
 }
 
 /// Reopens the database on `storage`.
