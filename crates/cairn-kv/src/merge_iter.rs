@@ -109,12 +109,13 @@ impl<C: InternalIterator + PrepareSeek> InternalIterator for MergingIterator<C> 
         // A seek reads a block from each table whose block is not cached: cold, one device
         // read after another, each waiting for the last. Asked for all at once first, they
         // are read in parallel (as RocksDB's `async_io` seeks do), and each child's seek then
-        // finds its block in the page cache or in flight. One read alone gains nothing.
+        // finds its block in the page cache or in flight. One read alone gains nothing,
+        // unless it asks for the blocks after its own too.
         let mut reads = std::mem::take(&mut self.reads);
         for c in &mut self.children {
             c.prepare_seek(target, &mut reads)?;
         }
-        if reads.len() >= 2 {
+        if reads.len() >= 2 || reads.iter().any(PendingRead::reads_ahead) {
             for r in &reads {
                 r.start();
             }
@@ -233,7 +234,7 @@ impl LevelIter {
         match self.files.as_slice().get(idx) {
             Some(f) => {
                 let reader = f.open()?;
-                self.cur = Some(if self.sequential { reader.sequential_iter() } else { reader.iter() });
+                self.cur = Some(if self.sequential { reader.sequential_iter() } else { reader.level_iter() });
                 Ok(true)
             }
             None => {

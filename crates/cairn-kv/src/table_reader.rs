@@ -211,9 +211,18 @@ impl TableReader {
             readahead: None,
             prepared: false,
             sought: Vec::new(),
+            prepared_advice: 0,
             advised_end: 0,
             advise_window: FIRST_ADVICE,
+            seek_ahead: false,
         }
+    }
+
+    /// An iterator (as [`TableReader::iter`]) whose cold seeks ask for the data after the
+    /// sought block too: for a table of a sorted level, which holds every key of its range,
+    /// so that a short scan finds its next blocks there (see [`PrepareSeek::prepare_seek`]).
+    pub fn level_iter(self: &Arc<Self>) -> TableIter {
+        TableIter { seek_ahead: true, ..self.iter() }
     }
 
     /// An iterator for reading the table through once, front to back (compaction): it reads
@@ -380,10 +389,15 @@ pub struct TableIter {
     /// Whether [`PrepareSeek::prepare_seek`] left the index on the block for a seek to `sought`.
     prepared: bool,
     sought: Vec<u8>,
+    /// Where the data `prepare_seek` asked the file for ends (0: it asked for none).
+    prepared_advice: u64,
     /// Going forward from a seek: the file is asked for the data up to here ahead of the reads
     /// (see [`TableIter::advise_ahead`]), and how much the next request asks for.
     advised_end: u64,
     advise_window: u64,
+    /// A cold seek asks for [`FIRST_ADVICE`] bytes from the sought block on, not the block
+    /// alone ([`TableReader::level_iter`]).
+    seek_ahead: bool,
 }
 
 /// A data block a seek is about to read from a table's file: [`PendingRead::start`] asks the
@@ -392,12 +406,20 @@ pub(crate) struct PendingRead {
     file: Arc<dyn RandomAccessFile>,
     offset: u64,
     len: u64,
+    /// It asks for the data after the block too.
+    ahead: bool,
 }
 
 impl PendingRead {
     /// Starts the read without waiting for it.
     pub fn start(&self) {
         self.file.will_need(self.offset, self.len);
+    }
+
+    /// Whether starting it gains something even when it is the seek's only read: it asks for
+    /// more than the block the seek reads at once.
+    pub fn reads_ahead(&self) -> bool {
+        self.ahead
     }
 }
 
@@ -556,8 +578,10 @@ impl InternalIterator for TableIter {
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         let prepared = self.prepared && self.sought == target;
         self.step(|s| {
-            s.advised_end = 0;
-            s.advise_window = FIRST_ADVICE;
+            // What `prepare_seek` asked for counts as read ahead: stepping into those blocks
+            // asks for nothing more, and the next request doubles.
+            s.advised_end = if prepared { s.prepared_advice } else { 0 };
+            s.advise_window = if s.advised_end > 0 { FIRST_ADVICE * 2 } else { FIRST_ADVICE };
             if !prepared {
                 s.table.seek_index(&mut s.index, target)?;
             }
@@ -619,8 +643,15 @@ impl InternalIterator for TableIter {
 }
 
 impl PrepareSeek for TableIter {
+    /// Names the data block a seek to `target` will read, unless cached or already held; with
+    /// `seek_ahead` (a sorted level's table) the [`FIRST_ADVICE`] bytes from it on. A short
+    /// scan (YCSB E's: 1-100 keys) takes the keys of a sorted level from consecutive blocks
+    /// and of a level-0 table mostly from one; asked for with the seek, the blocks after the
+    /// first come in the same parallel device requests instead of one more wait per level
+    /// when the scan steps into them. Devices serve 16 KiB about as fast as 4 KiB.
     fn prepare_seek(&mut self, target: &[u8], reads: &mut Vec<PendingRead>) -> Result<()> {
         self.prepared = false;
+        self.prepared_advice = 0;
         if self.readahead.is_some() {
             return Ok(());
         }
@@ -638,7 +669,21 @@ impl PrepareSeek for TableIter {
                 && !self.table.blocks.holds(self.index.restart_index(), h.offset)
                 && let Some(end) = block_end(h)
             {
-                reads.push(PendingRead { file: self.table.file.clone(), offset: h.offset, len: end - h.offset });
+                let until = if self.seek_ahead {
+                    h.offset.saturating_add(FIRST_ADVICE).max(end).min(self.table.data_end.max(end))
+                } else {
+                    end
+                };
+                if self.seek_ahead {
+                    self.prepared_advice = until;
+                }
+                let ahead = until > end;
+                reads.push(PendingRead {
+                    file: self.table.file.clone(),
+                    offset: h.offset,
+                    len: until - h.offset,
+                    ahead,
+                });
             }
         }
         Ok(())

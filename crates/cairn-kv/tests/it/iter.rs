@@ -161,3 +161,39 @@ fn a_cold_seek_asks_for_every_tables_block_at_once_and_a_long_scan_reads_ahead()
     assert_eq!(db.range("key000100".."key000700").rev().count(), 600);
     assert_eq!(asked(), before, "requests going backward");
 }
+
+#[test]
+fn a_cold_seek_asks_for_a_sorted_levels_next_blocks_with_its_own() {
+    use cairn_kv::{Db, MemStorage, Options};
+    use std::sync::Arc;
+    // A sorted level of 1 KiB blocks holding every key, under one level-0 table.
+    let storage = MemStorage::new();
+    let opts = Options { memtable_size: 1 << 20, block_size: 1024, block_cache_bytes: 8 << 20, ..crate::level0_kept() };
+    let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
+    for i in 0..3000u64 {
+        db.put(format!("key{i:06}"), crate::noise(i, 100)).unwrap();
+    }
+    db.compact_all().unwrap();
+    for i in (0..3000u64).step_by(500) {
+        db.put(format!("key{i:06}"), crate::noise(i + 1, 100)).unwrap();
+    }
+    db.flush().unwrap();
+    drop(db);
+    let db = Db::open_with_storage("/db", opts, Arc::new(storage.clone())).unwrap();
+    let stats = db.stats();
+    assert_eq!(stats.levels[0].tables, 1);
+    assert!(stats.levels[1..].iter().any(|l| l.tables > 0));
+    let asked = || storage.will_needs();
+    let misses = || db.stats().block_cache_misses;
+
+    // Cold: 60 keys of ~110 bytes, seven blocks of the level. The seek asks for the level's
+    // block and the 16 KiB after it together with the level-0 table's block; the scan then
+    // steps through the level's blocks without asking for more.
+    let (before, read_before) = (asked(), misses());
+    let got = keys(db.range("key001010".."key001070"));
+    assert_eq!(got.len(), 60);
+    assert_eq!(got[0], "key001010");
+    let (requests, reads) = (asked() - before, misses() - read_before);
+    assert!(reads >= 7, "{reads} blocks read");
+    assert_eq!(requests, 2, "{requests} requests for {reads} blocks");
+}
