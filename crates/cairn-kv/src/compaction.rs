@@ -120,6 +120,10 @@ impl LevelTargets {
     }
 }
 
+fn total_size(files: &[Arc<TableFile>]) -> u64 {
+    files.iter().map(|f| f.info.size).sum()
+}
+
 fn user_range<'a>(files: impl Iterator<Item = &'a Arc<TableFile>>) -> Option<(Vec<u8>, Vec<u8>)> {
     let mut r: Option<(Vec<u8>, Vec<u8>)> = None;
     for f in files {
@@ -271,7 +275,23 @@ fn pick_level(
         let next = v.overlapping(output_level, &lo, &hi);
         if cs.l0 || busy(cs, &inputs) || busy(cs, &next) {
             // One intra-level-0 merge at a time.
-            return if cs.intra_l0 { None } else { pick_intra_l0(opts, v, cs) };
+            return if cs.intra_l0 { None } else { pick_intra_l0(opts, v, cs, false) };
+        }
+        // Many level-0 tables over a base level that holds more: merging them into one
+        // first costs their bytes alone and takes them off every read at once, where the
+        // compaction into the base level rewrites the base level too and, paced under synced
+        // writes, may not end for minutes (a database opened after a bulk load). It follows
+        // with one table to merge down. Tables earlier merges made are left out when they
+        // would cost more than they remove (so under a stream of flushes each byte is merged
+        // this way about once), and once level 0 holds more bytes than the base level it goes
+        // down whole.
+        if inputs.len() >= l0_urgent_files(opts) {
+            let (l0_bytes, base_bytes) = (total_size(&inputs), total_size(&next));
+            if base_bytes >= l0_bytes
+                && let Some(c) = pick_intra_l0(opts, v, cs, true)
+            {
+                return Some(c);
+            }
         }
         Compaction { level, output_level, inputs, next, bottommost: false }
     } else {
@@ -342,15 +362,16 @@ fn intra_l0_span(sizes: &[u64], max_bytes: u64, weigh_cost: bool) -> usize {
 const MIN_INTRA_L0_FILES: usize = 4;
 
 /// A compaction of level-0 tables into one level-0 table, for when level 0 cannot compact
-/// into the level below because a running compaction holds the tables it would merge with.
-/// Writers are slowed and then stopped by the number of level-0 tables; while a long
+/// into the level below because a running compaction holds the tables it would merge with,
+/// or holds many tables over a much larger base level ([`pick_level`]). Writers are slowed and then stopped by the number of level-0 tables; while a long
 /// compaction into the base level runs, the flushes that land meanwhile would otherwise pile
 /// up to those limits (as RocksDB, which does the same). Takes the newest tables, which are
 /// free, as long as each one added lowers the bytes merged per table removed, so that a big
 /// table an earlier such compaction made is not rewritten for one small flush; needs at
 /// least `level0_compaction_trigger + 2` free tables and merges at least
-/// [`MIN_INTRA_L0_FILES`] and at most 16 × `target_file_size` bytes.
-fn pick_intra_l0(opts: &Options, v: &Version, cs: &Compacting) -> Option<Compaction> {
+/// [`MIN_INTRA_L0_FILES`] and at most 16 × `target_file_size` bytes. With `weigh_cost`, the
+/// cost is weighed even near the slowdown trigger.
+fn pick_intra_l0(opts: &Options, v: &Version, cs: &Compacting, weigh_cost: bool) -> Option<Compaction> {
     let files = &v.levels[0];
     let free = files.iter().take_while(|f| !cs.holds(f)).count();
     if free < opts.level0_compaction_trigger + 2 || free < MIN_INTRA_L0_FILES {
@@ -359,7 +380,7 @@ fn pick_intra_l0(opts: &Options, v: &Version, cs: &Compacting) -> Option<Compact
     let sizes: Vec<u64> = files[..free].iter().map(|f| f.info.size).collect();
     // Near the slowdown trigger the tables earlier merges made are taken too, or each merge
     // would leave one more table behind it while a long compaction into the base level runs.
-    let weigh_cost = free < l0_urgent_files(opts);
+    let weigh_cost = weigh_cost || free < l0_urgent_files(opts);
     let n = intra_l0_span(&sizes, opts.target_file_size.saturating_mul(16), weigh_cost);
     if n < MIN_INTRA_L0_FILES {
         return None;
@@ -558,7 +579,8 @@ fn merge_range(
     if inner.opts.prepopulate_block_cache {
         out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);
     }
-    out.pace(inner.pacer.clone(), c.level, target);
+    let pace_as = if c.is_intra_l0() { crate::pacer::INTRA_L0 } else { c.level };
+    out.pace(inner.pacer.clone(), pace_as, target);
     let mut alloc = || inner.state.lock().alloc_file_no();
     let mut read_bytes = 0u64;
     match lo {
@@ -699,6 +721,29 @@ mod tests {
         // compacts.
         v.levels[0] = vec![table(&cleaner, 1, "a", "z", 30)];
         assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((1, 2, vec![10])));
+    }
+
+    #[test]
+    fn many_level_0_tables_over_a_larger_base_level_are_merged_among_themselves_first() {
+        let (cleaner, opts) = (cleaner(), tiny_levels());
+        let mut v = Version::empty(4);
+        v.levels[3] = vec![table(&cleaner, 30, "a", "z", 100_000)];
+        v.levels[1] = vec![table(&cleaner, 10, "a", "h", 500), table(&cleaner, 11, "i", "z", 500)];
+        // Twelve tables (halfway from the compaction trigger, 4, to the slowdown trigger, 20)
+        // of 120 bytes in all over a base level of 1,000: merged into one level-0 table.
+        v.levels[0] = (1..=12).rev().map(|no| table(&cleaner, no, "a", "z", 10)).collect();
+        let mut cs = Compacting::new(4);
+        assert_eq!(picked(&opts, &v, &mut cs), Some((0, 0, (1..=12).rev().collect())));
+        assert!(cs.intra_l0 && !cs.l0);
+        // Eleven: into the base level.
+        v.levels[0].remove(0);
+        let want: Vec<u64> = (1..=11).rev().chain([10, 11]).collect();
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((0, 1, want)));
+        // Twelve again, over a base level holding fewer bytes: into the base level.
+        v.levels[0].insert(0, table(&cleaner, 12, "a", "z", 10));
+        v.levels[1] = vec![table(&cleaner, 10, "a", "h", 50), table(&cleaner, 11, "i", "z", 50)];
+        let want: Vec<u64> = (1..=12).rev().chain([10, 11]).collect();
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((0, 1, want)));
     }
 
     #[test]

@@ -86,7 +86,7 @@ type Merged = MergingIterator<Source>;
 /// What both cursors of an iterator share.
 struct Shared {
     /// Keeps the engine alive while the iterator is.
-    _inner: Arc<DbInner>,
+    inner: Arc<DbInner>,
     sv: Arc<SuperVersion>,
     seq: SeqNo,
     lower: Bound<Vec<u8>>,
@@ -103,12 +103,17 @@ impl Shared {
             children.push(Source::Mem(m.iter()));
         }
         let (lo, hi) = (bound_slice(&self.lower), bound_slice(&self.upper));
+        let mut level0 = 0;
         for f in &sv.version.levels[0] {
             let below = hi.is_some_and(|h| f.info.smallest_user() > h);
             let above = lo.is_some_and(|l| f.info.largest_user() < l);
             if !below && !above {
                 children.push(Source::Table(f.open()?.iter()));
+                level0 += 1;
             }
+        }
+        if crate::pacer::slows_reads(&self.inner.opts, level0) {
+            self.inner.pacer.note_slow_read();
         }
         for (level, files) in sv.version.levels.iter().enumerate().skip(1) {
             // The tables that intersect the bounds (a level is sorted and non-overlapping).
@@ -199,7 +204,7 @@ impl Iter {
                 .collect();
             Some(FragmentedTombstones::new(&all))
         };
-        let shared = Arc::new(Shared { _inner: inner.clone(), sv, seq, lower, upper, tombstones });
+        let shared = Arc::new(Shared { inner: inner.clone(), sv, seq, lower, upper, tombstones });
         Iter { shared, front: None, back: None, front_key: None, back_key: None, done: false }
     }
 

@@ -59,6 +59,19 @@ pub(crate) fn l0_urgent_files(opts: &crate::Options) -> usize {
     opts.level0_slowdown_trigger.max(opts.level0_compaction_trigger)
 }
 
+/// Reads per second that merged many level-0 tables ([`slows_reads`]) from which
+/// intra-level-0 merges are not paced (measured over [`READ_WINDOW`]).
+const SLOW_READS_URGENT: f64 = 50.0;
+/// The slow reads' rate is measured over this long.
+const READ_WINDOW: Duration = Duration::from_millis(500);
+
+/// Whether a read that merges `level0_tables` level-0 tables is slowed by level 0: twice the
+/// compaction trigger's tables or more, each a block read when cold (a scan cannot skip a
+/// table by its bloom filter).
+pub(crate) fn slows_reads(opts: &crate::Options, level0_tables: usize) -> bool {
+    level0_tables >= 2 * opts.level0_compaction_trigger.max(1)
+}
+
 /// Whether flushes must not wait with `frozen` memtables waiting for flush: writers stall at
 /// the next full memtable.
 pub(crate) fn flush_urgent(opts: &crate::Options, frozen: usize) -> bool {
@@ -98,6 +111,10 @@ pub(crate) struct Control {
     last_raise: Option<Instant>,
     /// When the bytes paced so far are due.
     next: Option<Instant>,
+    /// When the slow reads were last counted, and their count then.
+    reads_mark: Option<(Instant, u64)>,
+    /// Slow reads came at [`SLOW_READS_URGENT`] per second or more at the last count.
+    read_pressure: bool,
 }
 
 impl Default for Control {
@@ -112,6 +129,8 @@ impl Default for Control {
             last_cut: None,
             last_raise: None,
             next: None,
+            reads_mark: None,
+            read_pressure: false,
         }
     }
 }
@@ -164,6 +183,21 @@ impl Control {
 
     /// How long a compaction that wrote `bytes` more waits before writing on, as of `now`;
     /// zero while no synced writes happen.
+    /// Whether reads slowed by level 0 ([`slows_reads`]; `count` of them so far) came at
+    /// [`SLOW_READS_URGENT`] per second or more over the last [`READ_WINDOW`] or more.
+    pub fn read_pressure(&mut self, now: Instant, count: u64) -> bool {
+        match self.reads_mark {
+            Some((at, seen)) if now.saturating_duration_since(at) >= READ_WINDOW => {
+                let secs = now.saturating_duration_since(at).as_secs_f64();
+                self.read_pressure = count.saturating_sub(seen) as f64 >= SLOW_READS_URGENT * secs;
+                self.reads_mark = Some((now, count));
+            }
+            Some(_) => {}
+            None => self.reads_mark = Some((now, count)),
+        }
+        self.read_pressure
+    }
+
     pub fn delay(&mut self, now: Instant, bytes: u64) -> Duration {
         if !self.active(now) {
             self.next = None;
@@ -181,6 +215,8 @@ impl Control {
 
 /// The `level` of a flush's output for [`Pacer::pace`].
 pub(crate) const FLUSH: usize = usize::MAX;
+/// [`Pacer::pace`]'s level for an intra-level-0 merge.
+pub(crate) const INTRA_L0: usize = usize::MAX - 1;
 
 /// The engine's pacer: [`Control`] behind a lock, and whether level 0 and flushes are urgent.
 #[derive(Debug, Default)]
@@ -190,6 +226,8 @@ pub(crate) struct Pacer {
     flush_urgent: AtomicBool,
     /// Set at shutdown: no compaction waits any more.
     stopped: AtomicBool,
+    /// Reads that merged many level-0 tables ([`Pacer::note_slow_read`]).
+    slow_reads: AtomicU64,
     disabled: bool,
     /// Microseconds compactions waited.
     waited: AtomicU64,
@@ -219,6 +257,11 @@ impl Pacer {
         self.flush_urgent.store(urgent, Ordering::Relaxed);
     }
 
+    /// Counts a read that merged many level-0 tables ([`slows_reads`]).
+    pub fn note_slow_read(&self) {
+        self.slow_reads.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Waits as long as the rate asks after a compaction (out of `level`; a flush: [`FLUSH`])
     /// wrote `bytes` more (in slices of at most 10 ms, so that a shutdown ends the wait);
     /// returns whether synced writes happen, when the caller starts write-back of those bytes
@@ -234,6 +277,14 @@ impl Pacer {
             }
             let urgent = match level {
                 0 => self.urgent.load(Ordering::Relaxed),
+                // Level-0 tables cost every scan a block read each: while scans pay for them,
+                // merging them into one goes before the synced writes' latency (as LevelDB's
+                // seek-triggered and Pebble's read-triggered compactions let reads ask for
+                // compactions). The merge is bounded (`pick_intra_l0`); a compaction into the
+                // base level is not, and stays paced.
+                INTRA_L0 => {
+                    self.urgent.load(Ordering::Relaxed) || c.read_pressure(now, self.slow_reads.load(Ordering::Relaxed))
+                }
                 FLUSH => self.flush_urgent.load(Ordering::Relaxed),
                 _ => false,
             };
@@ -430,6 +481,38 @@ mod tests {
         assert!(off.stats().is_none());
         assert!(!off.pace(3, 256 << 20), "a disabled pacer never asks for write-back");
         assert!(t.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn read_pressure_is_the_rate_of_slow_reads_over_the_last_window() {
+        let mut c = Control::default();
+        let t = Instant::now();
+        let at = |ms: u64| t + Duration::from_millis(ms);
+        assert!(!c.read_pressure(t, 0), "the first count only sets the mark");
+        assert!(!c.read_pressure(at(600), 10), "10 in 0.6 s: 17 per second");
+        assert!(c.read_pressure(at(1200), 50), "40 in 0.6 s: 67 per second");
+        assert!(c.read_pressure(at(1300), 50), "within the window the last answer holds");
+        assert!(!c.read_pressure(at(1900), 55), "5 in 0.7 s");
+    }
+
+    /// Scans that merge many level-0 tables lift the pacing of intra-level-0 merges, not of
+    /// other compactions out of level 0.
+    #[test]
+    fn intra_level0_merges_are_not_paced_while_scans_pay_for_level_0() {
+        let p = Pacer::new(true);
+        p.on_sync(Duration::from_micros(100));
+        assert!(p.pace(INTRA_L0, 1 << 20), "paced (and the slow reads' count marked)");
+        for _ in 0..100 {
+            p.note_slow_read();
+        }
+        std::thread::sleep(READ_WINDOW);
+        p.on_sync(Duration::from_micros(100));
+        let t = Instant::now();
+        assert!(p.pace(INTRA_L0, 256 << 20), "written back");
+        assert!(t.elapsed() < Duration::from_secs(1), "not paced: {:?}", t.elapsed());
+        let mut c = p.control.lock();
+        let now = Instant::now();
+        assert!(c.delay(now, 256 << 20) > Duration::from_secs(1), "other compactions would wait");
     }
 
     /// A flush under synced writes, with room for more frozen memtables, is paced too: its

@@ -398,6 +398,48 @@ fn intra_level0_compactions_lose_no_write() {
     assert_eq!(contents(&db), want);
 }
 
+/// A database opened with many level-0 tables over a base level several times larger (as a
+/// bulk load can leave it) first merges level 0 into one table, then merges that down.
+#[test]
+fn a_level_0_of_many_tables_over_a_large_base_level_is_merged_into_one_table_first() {
+    // Two levels: everything below level 0 is in the base level.
+    let storage = MemStorage::new();
+    let kept = Options { num_levels: 2, ..crate::level0_kept() };
+    let db = Db::open_with_storage("/db", kept, Arc::new(storage.clone())).unwrap();
+    let mut want = std::collections::BTreeMap::new();
+    for i in 0..6000u64 {
+        let k = format!("key{:08}", (i * 2_654_435_761) % 1_000_000);
+        want.insert(k.clone(), noise(i, 100));
+        db.put(&k, noise(i, 100)).unwrap();
+    }
+    db.compact_all().unwrap();
+    // Six small flushes, each across the whole key range.
+    for t in 0..6u64 {
+        for i in (t * 7..6000).step_by(60) {
+            let k = format!("key{:08}", (i * 2_654_435_761) % 1_000_000);
+            want.insert(k.clone(), noise(i + 1, 100));
+            db.put(&k, noise(i + 1, 100)).unwrap();
+        }
+        db.flush().unwrap();
+    }
+    drop(db);
+    // The test options' triggers: compaction at 2 tables, slowdown at 8, so 6 tables are
+    // halfway (5) or more; the base level holds ten times their bytes. The merge goes first
+    // (after a compaction into the base level there would be nothing left to merge), then
+    // its table goes down.
+    let opts = Options { num_levels: 2, compaction_threads: 1, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", opts.clone(), Arc::new(storage.clone())).unwrap();
+    db.wait_for_compactions().unwrap();
+    let stats = db.stats();
+    assert_eq!((stats.compactions, stats.intra_l0_compactions), (2, 1), "{stats:?}");
+    assert_eq!(stats.levels[0].tables, 0, "{stats:?}");
+    let want: Vec<(Vec<u8>, Vec<u8>)> = want.into_iter().map(|(k, v)| (k.into_bytes(), v)).collect();
+    assert_eq!(contents(&db), want);
+    drop(db);
+    let db = Db::open_with_storage("/db", opts, Arc::new(storage)).unwrap();
+    assert_eq!(contents(&db), want);
+}
+
 #[test]
 fn a_compaction_keeps_what_a_snapshot_taken_while_it_runs_reads_under_a_later_range_deletion() {
     use std::time::Duration;
