@@ -363,9 +363,10 @@ const MIN_INTRA_L0_FILES: usize = 4;
 
 /// A compaction of level-0 tables into one level-0 table, for when level 0 cannot compact
 /// into the level below because a running compaction holds the tables it would merge with,
-/// or holds many tables over a much larger base level ([`pick_level`]). Writers are slowed and then stopped by the number of level-0 tables; while a long
-/// compaction into the base level runs, the flushes that land meanwhile would otherwise pile
-/// up to those limits (as RocksDB, which does the same). Takes the newest tables, which are
+/// or holds many tables over a larger base level ([`pick_level`]). Writers are slowed and
+/// then stopped by the number of level-0 tables; while a long compaction into the base level
+/// runs, the flushes that land meanwhile would otherwise pile up to those limits (as RocksDB,
+/// which does the same). Takes the newest tables, which are
 /// free, as long as each one added lowers the bytes merged per table removed, so that a big
 /// table an earlier such compaction made is not rewritten for one small flush; needs at
 /// least `level0_compaction_trigger + 2` free tables and merges at least

@@ -18,7 +18,9 @@
 //! the debt is still paid. Compactions out of level 0 are paced too unless level 0 weighs so
 //! much that writers are being slowed ([`l0_urgent_files`]), and so are flushes unless
 //! as many memtables wait for flush as writers may fill before they stall
-//! ([`crate::Options::max_immutable_memtables`]).
+//! ([`crate::Options::max_immutable_memtables`]), and so are intra-level-0 merges while scans
+//! that merge many level-0 tables come at [`SLOW_READS_URGENT`] per second or more
+//! ([`slows_reads`]): those tables cost every such scan a device read each.
 //! Without synced writes nothing is paced and compactions write as before.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
