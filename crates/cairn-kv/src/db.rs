@@ -241,7 +241,7 @@ impl DbInner {
         // What the pacer exempts follows the state readers see: level 0 near the slowdown
         // trigger, and as many frozen memtables as writers may have before they stall.
         let sv = SuperVersion::of(state, self.opts.memtable_size);
-        self.pacer.set_urgent(sv.l0_weight >= crate::pacer::l0_urgent_files(&self.opts));
+        self.pacer.set_urgent(sv.l0_weight >= crate::pacer::l0_unpaced_weight(&self.opts));
         self.pacer.set_flush_urgent(crate::pacer::flush_urgent(&self.opts, state.imms.len()));
         self.sv.store(Arc::new(sv));
     }

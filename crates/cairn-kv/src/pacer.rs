@@ -16,7 +16,7 @@
 //! while the smoothed latency stays within [`target`] of it, the rate grows by [`GAIN`] per
 //! second; above it, the rate halves (at most every [`CUT_EVERY`]), down to [`MIN_RATE`], so
 //! the debt is still paid. Compactions out of level 0 are paced too unless level 0 weighs so
-//! much that writers are being slowed ([`l0_urgent_files`]), and so are flushes unless
+//! much that writers are being slowed ([`l0_unpaced_weight`]), and so are flushes unless
 //! as many memtables wait for flush as writers may fill before they stall
 //! ([`crate::Options::max_immutable_memtables`]), and so are intra-level-0 merges while scans
 //! that merge many level-0 tables come at [`SLOW_READS_URGENT`] per second or more
@@ -57,7 +57,7 @@ const BURST: Duration = Duration::from_millis(20);
 /// short of the slowdown trigger, and compacting that debt at full speed when synced writes
 /// begin made each of their syncs wait ~100 ms for the device (1 s in all, at the start of a
 /// run of synced writes).
-pub(crate) fn l0_urgent_files(opts: &crate::Options) -> usize {
+pub(crate) fn l0_unpaced_weight(opts: &crate::Options) -> usize {
     opts.level0_slowdown_trigger.max(opts.level0_compaction_trigger)
 }
 
@@ -337,10 +337,10 @@ mod tests {
 
     #[test]
     fn level0_is_urgent_at_the_slowdown_trigger() {
-        assert_eq!(l0_urgent_files(&crate::Options::default()), 20);
-        assert_eq!(l0_urgent_files(&crate::Options::small_for_tests()), 8);
+        assert_eq!(l0_unpaced_weight(&crate::Options::default()), 20);
+        assert_eq!(l0_unpaced_weight(&crate::Options::small_for_tests()), 8);
         let odd = crate::Options { level0_compaction_trigger: 4, level0_slowdown_trigger: 3, ..Default::default() };
-        assert_eq!(l0_urgent_files(&odd), 4, "never below the compaction trigger");
+        assert_eq!(l0_unpaced_weight(&odd), 4, "never below the compaction trigger");
     }
 
     #[test]

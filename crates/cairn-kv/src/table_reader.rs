@@ -566,6 +566,8 @@ impl InternalIterator for TableIter {
 
     fn seek_to_last(&mut self) -> Result<()> {
         self.step(|s| {
+            s.advised_end = 0;
+            s.advise_window = FIRST_ADVICE;
             s.index.seek_to_last()?;
             s.init_data_block()?;
             if let Some(d) = &mut s.data {
@@ -595,6 +597,8 @@ impl InternalIterator for TableIter {
 
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
         self.step(|s| {
+            s.advised_end = 0;
+            s.advise_window = FIRST_ADVICE;
             // The first block whose last key is >= target, or else the last block, holds the
             // answer or is preceded by the block that does.
             s.table.seek_index(&mut s.index, target)?;
