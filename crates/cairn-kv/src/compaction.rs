@@ -90,7 +90,7 @@ impl LevelTargets {
         let (base, mut t) = if !opts.dynamic_level_bytes || last < 2 {
             (1, base_bytes)
         } else {
-            let largest = v.levels[1..].iter().map(|l| l.iter().map(|f| f.info.size).sum::<u64>()).max().unwrap_or(0);
+            let largest = v.levels[1..].iter().map(|l| total_size(l)).max().unwrap_or(0);
             let (mut base, mut size) = (last, largest);
             while base > 1 && size > base_bytes {
                 size /= mult;
@@ -168,7 +168,7 @@ fn scores(opts: &Options, v: &Version, cs: &Compacting, targets: &LevelTargets) 
     let last = v.levels.len() - 1;
     let free_bytes =
         |level: usize| -> u64 { v.levels[level].iter().filter(|f| !cs.holds(f)).map(|f| f.info.size).sum() };
-    let total_bytes = |level: usize| -> u64 { v.levels[level].iter().map(|f| f.info.size).sum() };
+    let total_bytes = |level: usize| total_size(&v.levels[level]);
     // Bytes above the level being scored that are waiting to come down into it.
     let mut coming_down = total_bytes(0);
     let mut out = Vec::new();
@@ -366,10 +366,10 @@ const MIN_INTRA_L0_FILES: usize = 4;
 /// or holds many tables over a larger base level ([`pick_level`]). Writers are slowed and
 /// then stopped by the number of level-0 tables; while a long compaction into the base level
 /// runs, the flushes that land meanwhile would otherwise pile up to those limits (as RocksDB,
-/// which does the same). Takes the newest tables, which are
-/// free, as long as each one added lowers the bytes merged per table removed, so that a big
-/// table an earlier such compaction made is not rewritten for one small flush; needs at
-/// least `level0_compaction_trigger + 2` free tables and merges at least
+/// which does the same). Takes the newest tables, which are free, as long as each one added
+/// lowers the bytes merged per table removed, so that a big table an earlier such compaction
+/// made is not rewritten for one small flush; needs at least `level0_compaction_trigger + 2`
+/// free tables and merges at least
 /// [`MIN_INTRA_L0_FILES`] and at most 16 × `target_file_size` bytes. With `weigh_cost`, the
 /// cost is weighed even near the slowdown trigger.
 fn pick_intra_l0(opts: &Options, v: &Version, cs: &Compacting, weigh_cost: bool) -> Option<Compaction> {
@@ -531,8 +531,8 @@ struct Piece {
 /// bytes are what is balanced. Compactions with fewer than two next-level tables are not
 /// split, nor into ranges of less than `min_bytes` of input on average.
 fn split_points(c: &Compaction, max: usize, min_bytes: u64) -> Vec<Vec<u8>> {
-    let total: u64 = c.next.iter().map(|f| f.info.size).sum();
-    let all: u64 = total + c.inputs.iter().map(|f| f.info.size).sum::<u64>();
+    let total = total_size(&c.next);
+    let all = total + total_size(&c.inputs);
     let min_bytes = min_bytes.max(1);
     if max < 2 || c.next.len() < 2 || all < 2 * min_bytes {
         return Vec::new();

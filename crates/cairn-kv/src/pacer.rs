@@ -183,8 +183,6 @@ impl Control {
         }
     }
 
-    /// How long a compaction that wrote `bytes` more waits before writing on, as of `now`;
-    /// zero while no synced writes happen.
     /// Whether reads slowed by level 0 ([`slows_reads`]; `count` of them so far) came at
     /// [`SLOW_READS_URGENT`] per second or more over the last [`READ_WINDOW`] or more.
     pub fn read_pressure(&mut self, now: Instant, count: u64) -> bool {
@@ -200,6 +198,8 @@ impl Control {
         self.read_pressure
     }
 
+    /// How long a compaction that wrote `bytes` more waits before writing on, as of `now`;
+    /// zero while no synced writes happen.
     pub fn delay(&mut self, now: Instant, bytes: u64) -> Duration {
         if !self.active(now) {
             self.next = None;
