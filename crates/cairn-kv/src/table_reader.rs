@@ -211,7 +211,6 @@ impl TableReader {
             readahead: None,
             prepared: false,
             sought: Vec::new(),
-            prepared_advice: 0,
             advised_end: 0,
             advise_window: FIRST_ADVICE,
             seek_ahead: false,
@@ -389,8 +388,6 @@ pub struct TableIter {
     /// Whether [`PrepareSeek::prepare_seek`] left the index on the block for a seek to `sought`.
     prepared: bool,
     sought: Vec<u8>,
-    /// Where the data `prepare_seek` asked the file for ends (0: it asked for none).
-    prepared_advice: u64,
     /// Going forward from a seek: the file is asked for the data up to here ahead of the reads
     /// (see [`TableIter::advise_ahead`]), and how much the next request asks for.
     advised_end: u64,
@@ -497,11 +494,17 @@ impl TableIter {
         if end <= self.advised_end || self.table.blocks.holds(self.index.restart_index(), h.offset) {
             return Ok(());
         }
-        let until = h.offset.saturating_add(self.advise_window).max(end).min(self.table.data_end);
+        let until = self.advice_end(h.offset, end, self.advise_window);
         self.table.file.will_need(h.offset, until.saturating_sub(h.offset));
         self.advised_end = until;
         self.advise_window = (self.advise_window * 2).min(MAX_ADVICE);
         Ok(())
+    }
+
+    /// Where a request for `window` bytes from a block at `offset` (ending at `end`) ends: past
+    /// the block, within the table's data.
+    fn advice_end(&self, offset: u64, end: u64, window: u64) -> u64 {
+        offset.saturating_add(window).max(end).min(self.table.data_end.max(end))
     }
 
     fn skip_forward(&mut self) -> Result<()> {
@@ -580,11 +583,10 @@ impl InternalIterator for TableIter {
     fn seek(&mut self, target: &[u8]) -> Result<()> {
         let prepared = self.prepared && self.sought == target;
         self.step(|s| {
-            // What `prepare_seek` asked for counts as read ahead: stepping into those blocks
-            // asks for nothing more, and the next request doubles.
-            s.advised_end = if prepared { s.prepared_advice } else { 0 };
-            s.advise_window = if s.advised_end > 0 { FIRST_ADVICE * 2 } else { FIRST_ADVICE };
+            // A prepared seek keeps the read-ahead state `prepare_seek` set.
             if !prepared {
+                s.advised_end = 0;
+                s.advise_window = FIRST_ADVICE;
                 s.table.seek_index(&mut s.index, target)?;
             }
             s.init_data_block()?;
@@ -655,7 +657,8 @@ impl PrepareSeek for TableIter {
     /// when the scan steps into them. Devices serve 16 KiB about as fast as 4 KiB.
     fn prepare_seek(&mut self, target: &[u8], reads: &mut Vec<PendingRead>) -> Result<()> {
         self.prepared = false;
-        self.prepared_advice = 0;
+        self.advised_end = 0;
+        self.advise_window = FIRST_ADVICE;
         if self.readahead.is_some() {
             return Ok(());
         }
@@ -674,13 +677,14 @@ impl PrepareSeek for TableIter {
                 && let Some(end) = block_end(h)
             {
                 let until = if self.seek_ahead {
-                    h.offset.saturating_add(FIRST_ADVICE).max(end).min(self.table.data_end.max(end))
+                    // What is asked for here counts as read ahead: stepping into those blocks
+                    // asks for nothing more, and the next request doubles.
+                    self.advised_end = self.advice_end(h.offset, end, FIRST_ADVICE);
+                    self.advise_window = FIRST_ADVICE * 2;
+                    self.advised_end
                 } else {
                     end
                 };
-                if self.seek_ahead {
-                    self.prepared_advice = until;
-                }
                 let ahead = until > end;
                 reads.push(PendingRead {
                     file: self.table.file.clone(),
