@@ -33,7 +33,8 @@
 # "rocksdb.stats" property); CAIRN_BENCH_DEBUG=2 also prints cairn's level 0 and levels every
 # second. CAIRN_BENCH_COMPACTION_NICE=N runs cairn's compactions out of levels 1+ at nice +N instead of
 # its default (for experiments; the settings line shows the value used). CAIRN_BENCH_SYNC_PACING=0
-# turns off cairn's pacing of compactions by sync latency while synced writes happen (same).
+# turns off cairn's pacing of compactions by sync latency while synced writes happen (same);
+# CAIRN_BENCH_READ_PACING=0 its pacing by the latency of reads that wait for the device (same).
 # CAIRN_BENCH_SLOW_US=N prints, after each run, every op of the run phase that took N microseconds
 # or more (any engine): its start in milliseconds into the run, its kind and its latency.
 set -euo pipefail

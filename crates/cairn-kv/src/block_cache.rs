@@ -36,6 +36,7 @@ use arc_swap::ArcSwapOption;
 use parking_lot::Mutex;
 
 use crate::block::Block;
+use crate::pacer::DeviceReads;
 
 /// Bytes charged per cached block on top of its length (its slot, `Arc` and bookkeeping).
 pub const BLOCK_OVERHEAD: u64 = 64;
@@ -89,6 +90,8 @@ pub struct BlockCache {
     /// Blocks of tables written but not opened yet, by table id then block number (see
     /// [`BlockCache::warm`]); charged like cached blocks.
     pending: Mutex<HashMap<u64, Vec<Option<Arc<Block>>>>>,
+    /// Reads of missed blocks that waited for the device, for the compaction pacer.
+    device_reads: Arc<DeviceReads>,
 }
 
 const STRIPES: usize = 8;
@@ -158,7 +161,14 @@ impl BlockCache {
             clock: Mutex::new(Clock::default()),
             small: Mutex::new(VecDeque::new()),
             pending: Mutex::new(HashMap::new()),
+            device_reads: Arc::default(),
         }
+    }
+
+    /// The reads of missed blocks that waited for the device
+    /// ([`TableBlocks::note_read`]).
+    pub(crate) fn device_reads(&self) -> &Arc<DeviceReads> {
+        &self.device_reads
     }
 
     /// The slots of an opened table of `blocks` data blocks, taking over the blocks written for
@@ -450,6 +460,12 @@ const SWEEP_STEP: usize = 64;
 const SWEEP_LIMIT: usize = 1 << 16;
 
 impl TableBlocks {
+    /// Reports that a read of a block that missed the cache, for a reader (not a
+    /// compaction), took `took` from the file.
+    pub(crate) fn note_read(&self, took: std::time::Duration) {
+        self.cache.device_reads.note(took);
+    }
+
     /// The cached block number `i`, counting a hit or a miss.
     pub fn get(&self, i: usize) -> Option<Arc<Block>> {
         let found = self.peek(i);

@@ -140,7 +140,8 @@ pub(crate) struct DbInner {
     poison_reason: Mutex<Option<String>>,
     pub shutting_down: AtomicBool,
     pub counters: Counters,
-    /// Paces compactions while synced writes happen ([`Options::sync_pacing`]).
+    /// Paces compactions while synced writes or device reads happen ([`Options::sync_pacing`],
+    /// [`Options::read_pacing`]).
     pub pacer: Arc<crate::pacer::Pacer>,
     #[cfg(feature = "failpoints")]
     pub failpoint_hook: Mutex<Option<FailpointHook>>,
@@ -165,7 +166,8 @@ impl DbInner {
         lock: Box<dyn FileLock>,
     ) -> Self {
         let sv = SuperVersion::of(&state, opts.memtable_size);
-        let pacer = Arc::new(crate::pacer::Pacer::new(opts.sync_pacing));
+        let pacer =
+            Arc::new(crate::pacer::Pacer::new(opts.sync_pacing, opts.read_pacing, block_cache.device_reads().clone()));
         DbInner {
             dir,
             opts,

@@ -102,6 +102,13 @@ pub struct Options {
     /// nothing. (RocksDB's nearest is its opt-in `rate_limiter` with `auto_tuned`, which
     /// follows pending compaction work rather than the latency of syncs.)
     pub sync_pacing: bool,
+    /// While foreground reads miss the block cache and wait for the device (50 µs or more),
+    /// compactions write at a rate paced by those reads' latency, as `sync_pacing` paces them
+    /// by syncs', with the same exemptions (default true): a compaction reading and writing
+    /// at full speed fills the device's queue, and every read from the device waits behind
+    /// it. The debt is still paid, at 4 MiB/s or more. Reads served by the block cache or the
+    /// OS page cache change nothing.
+    pub read_pacing: bool,
     /// A clean close flushes the memtables when they hold at least this many bytes (default
     /// 1 MiB; 0 never flushes at close). The next open then has no log to replay, which is what
     /// short-lived processes (a CLI command after one that wrote a lot) pay for otherwise.
@@ -136,6 +143,7 @@ impl Default for Options {
             max_subcompactions: 2,
             compaction_nice: 10,
             sync_pacing: true,
+            read_pacing: true,
             flush_on_close_bytes: 1 << 20,
         }
     }

@@ -21,8 +21,19 @@
 //! ([`crate::Options::max_immutable_memtables`]), and so are intra-level-0 merges while scans
 //! that merge many level-0 tables come at [`SLOW_READS_URGENT`] per second or more
 //! ([`slows_reads`]): those tables cost every such scan a device read each.
-//! Without synced writes nothing is paced and compactions write as before.
+//! Without synced writes nothing is paced this way and compactions write as before.
+//!
+//! Foreground reads that miss the block cache and wait for the device are paced against the
+//! same way ([`crate::Options::read_pacing`]): a compaction reading and writing at full speed
+//! fills the device's queue, and each such read waits behind it (after a bulk load, the next
+//! open's compaction debt made read-only clients' p99 latency 2.4 times a peer's whose load
+//! had paid it). Reads of [`DEVICE_READ`] or longer are the device's (a page-cache hit takes a
+//! few microseconds); their mean latency over [`READ_SAMPLE`] (at least [`READ_SAMPLE_MIN`]
+//! of them) drives a second controller of the same kind, and a compaction waits as long as the
+//! slower of the two asks. The same exemptions hold, so writers are never held by it for
+//! longer than level 0 and the frozen memtables allow.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -86,16 +97,84 @@ pub(crate) fn target(base: Duration) -> Duration {
     base * 2 + Duration::from_micros(100)
 }
 
-/// Compaction pacing while synced writes happen ([`crate::Options::sync_pacing`]).
+/// A foreground read of a data block that missed the block cache and took this long or more
+/// waited for the device: a 4 KiB read served by the OS page cache takes a few microseconds,
+/// one from even a fast NVMe device about 80 or more.
+pub(crate) const DEVICE_READ: Duration = Duration::from_micros(50);
+/// Device reads are averaged over at least this long into one latency sample...
+const READ_SAMPLE: Duration = Duration::from_millis(20);
+/// ...made of at least this many of them (fewer are carried into the next sample, for at most
+/// [`ACTIVE`]).
+const READ_SAMPLE_MIN: u64 = 4;
+
+/// Foreground reads that waited for the device ([`DEVICE_READ`] or longer): how many, and
+/// their total latency. Counted by the readers (see [`crate::block_cache::TableBlocks`]),
+/// averaged by the pacer.
+#[derive(Debug, Default)]
+pub struct DeviceReads {
+    count: AtomicU64,
+    micros: AtomicU64,
+}
+
+impl DeviceReads {
+    /// Counts a read of a data block that missed the block cache and took `took`.
+    pub fn note(&self, took: Duration) {
+        if took >= DEVICE_READ {
+            self.count.fetch_add(1, Ordering::Relaxed);
+            self.micros.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Device reads so far and their total latency, microseconds.
+    pub fn totals(&self) -> (u64, u64) {
+        (self.count.load(Ordering::Relaxed), self.micros.load(Ordering::Relaxed))
+    }
+}
+
+/// Turns the running totals of [`DeviceReads`] into latency samples for a [`Control`].
+#[derive(Debug, Default)]
+pub(crate) struct ReadSampler {
+    /// When the current sample started, and the totals then.
+    mark: Option<(Instant, u64, u64)>,
+}
+
+impl ReadSampler {
+    /// The mean latency of the device reads since the last sample, if [`READ_SAMPLE`] has
+    /// passed and [`READ_SAMPLE_MIN`] of them were made, given the totals `(count, micros)`
+    /// as of `now`.
+    pub fn sample(&mut self, now: Instant, (count, micros): (u64, u64)) -> Option<Duration> {
+        let Some((at, count0, micros0)) = self.mark else {
+            self.mark = Some((now, count, micros));
+            return None;
+        };
+        let age = now.saturating_duration_since(at);
+        if age < READ_SAMPLE {
+            return None;
+        }
+        let n = count.saturating_sub(count0);
+        if n >= READ_SAMPLE_MIN {
+            self.mark = Some((now, count, micros));
+            return Some(Duration::from_micros(micros.saturating_sub(micros0) / n));
+        }
+        if age >= ACTIVE {
+            self.mark = Some((now, count, micros));
+        }
+        None
+    }
+}
+
+/// Compaction pacing by one latency: of synced writes' log syncs
+/// ([`crate::Options::sync_pacing`]) or of foreground reads from the device
+/// ([`crate::Options::read_pacing`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PaceStats {
     /// Bytes per second compactions may write.
     pub rate: u64,
-    /// Sync latency taken for the idle device's (the lowest smoothed latency of the last
-    /// 10-20 s), microseconds.
-    pub idle_sync_micros: u64,
-    /// Smoothed latency of synced writes' log syncs, microseconds.
-    pub smoothed_sync_micros: u64,
+    /// Latency taken for the idle device's (the lowest smoothed latency of the last 10-20 s),
+    /// microseconds.
+    pub idle_micros: u64,
+    /// Smoothed latency, microseconds.
+    pub smoothed_micros: u64,
 }
 
 /// The pacing state; times are given, so that tests can drive it.
@@ -138,7 +217,8 @@ impl Default for Control {
 }
 
 impl Control {
-    /// Whether synced writes happen, as of `now`.
+    /// Whether a sample came within [`ACTIVE`] of `now` (synced writes or device reads
+    /// happen).
     pub fn active(&self, now: Instant) -> bool {
         self.last_sync.is_some_and(|t| now.saturating_duration_since(t) < ACTIVE)
     }
@@ -148,8 +228,9 @@ impl Control {
         self.cur_min.min(self.prev_min)
     }
 
-    /// A synced write's sync took `took`, finishing at `now`.
-    pub fn on_sync(&mut self, now: Instant, took: Duration) {
+    /// A latency sample (a synced write's sync, or the mean of device reads) of `took`,
+    /// taken at `now`.
+    pub fn on_sample(&mut self, now: Instant, took: Duration) {
         if !self.active(now) {
             // Pacing starts again from the start rate and a fresh smoothed latency.
             self.rate = START_RATE;
@@ -198,8 +279,17 @@ impl Control {
         self.read_pressure
     }
 
+    /// The state, if active as of `now`.
+    pub fn stats(&self, now: Instant) -> Option<PaceStats> {
+        self.active(now).then(|| PaceStats {
+            rate: self.rate as u64,
+            idle_micros: self.idle().as_micros() as u64,
+            smoothed_micros: self.smoothed.as_micros() as u64,
+        })
+    }
+
     /// How long a compaction that wrote `bytes` more waits before writing on, as of `now`;
-    /// zero while no synced writes happen.
+    /// zero while inactive.
     pub fn delay(&mut self, now: Instant, bytes: u64) -> Duration {
         if !self.active(now) {
             self.next = None;
@@ -220,10 +310,14 @@ pub(crate) const FLUSH: usize = usize::MAX;
 /// [`Pacer::pace`]'s level for an intra-level-0 merge.
 pub(crate) const INTRA_L0: usize = usize::MAX - 1;
 
-/// The engine's pacer: [`Control`] behind a lock, and whether level 0 and flushes are urgent.
+/// The engine's pacer: a [`Control`] for sync latency and one for device reads, behind locks,
+/// and whether level 0 and flushes are urgent.
 #[derive(Debug, Default)]
 pub(crate) struct Pacer {
     control: Mutex<Control>,
+    /// Paces by the latency of device reads ([`DeviceReads`]).
+    reads: Mutex<(Control, ReadSampler)>,
+    device_reads: Arc<DeviceReads>,
     urgent: AtomicBool,
     flush_urgent: AtomicBool,
     /// Set at shutdown: no compaction waits any more.
@@ -231,20 +325,22 @@ pub(crate) struct Pacer {
     /// Reads that merged many level-0 tables ([`Pacer::note_slow_read`]).
     slow_reads: AtomicU64,
     disabled: bool,
+    reads_disabled: bool,
     /// Microseconds compactions waited.
     waited: AtomicU64,
 }
 
 impl Pacer {
-    /// A pacer that paces (`enabled`) or never does.
-    pub fn new(enabled: bool) -> Self {
-        Pacer { disabled: !enabled, ..Pacer::default() }
+    /// A pacer that paces by sync latency (`by_syncs`) and by the latency of the reads counted
+    /// in `device_reads` (`by_reads`), or never.
+    pub fn new(by_syncs: bool, by_reads: bool, device_reads: Arc<DeviceReads>) -> Self {
+        Pacer { disabled: !by_syncs, reads_disabled: !by_reads, device_reads, ..Pacer::default() }
     }
 
     /// Reports the latency of a synced write's sync.
     pub fn on_sync(&self, took: Duration) {
         if !self.disabled {
-            self.control.lock().on_sync(Instant::now(), took);
+            self.control.lock().on_sample(Instant::now(), took);
         }
     }
 
@@ -264,37 +360,52 @@ impl Pacer {
         self.slow_reads.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Waits as long as the rate asks after a compaction (out of `level`; a flush: [`FLUSH`])
+    /// Waits as long as the rates ask after a compaction (out of `level`; a flush: [`FLUSH`])
     /// wrote `bytes` more (in slices of at most 10 ms, so that a shutdown ends the wait);
-    /// returns whether synced writes happen, when the caller starts write-back of those bytes
-    /// (urgent level-0 compactions and flushes do not wait, but write back too).
+    /// returns whether pacing is on (synced writes or device reads happen), when the caller
+    /// starts write-back of those bytes (urgent level-0 compactions and flushes do not wait,
+    /// but write back too).
     pub fn pace(&self, level: usize, bytes: u64) -> bool {
-        if self.disabled {
+        if self.disabled && self.reads_disabled {
             return false;
         }
-        let wait = {
-            let (mut c, now) = (self.control.lock(), Instant::now());
-            if !c.active(now) {
-                return false;
+        let now = Instant::now();
+        let syncs_on = !self.disabled && self.control.lock().active(now);
+        let reads_on = !self.reads_disabled && {
+            let mut r = self.reads.lock();
+            let (control, sampler) = &mut *r;
+            if let Some(took) = sampler.sample(now, self.device_reads.totals()) {
+                control.on_sample(now, took);
             }
-            let urgent = match level {
-                0 => self.urgent.load(Ordering::Relaxed),
-                // Level-0 tables cost every scan a block read each: while scans pay for them,
-                // merging them into one goes before the synced writes' latency (as LevelDB's
-                // seek-triggered and Pebble's read-triggered compactions let reads ask for
-                // compactions). The merge is bounded (`pick_intra_l0`); a compaction into the
-                // base level is not, and stays paced.
-                INTRA_L0 => {
-                    self.urgent.load(Ordering::Relaxed) || c.read_pressure(now, self.slow_reads.load(Ordering::Relaxed))
-                }
-                FLUSH => self.flush_urgent.load(Ordering::Relaxed),
-                _ => false,
-            };
-            if urgent {
-                return true;
-            }
-            c.delay(now, bytes)
+            control.active(now)
         };
+        if !syncs_on && !reads_on {
+            return false;
+        }
+        let urgent = match level {
+            0 => self.urgent.load(Ordering::Relaxed),
+            // Level-0 tables cost every scan a block read each: while scans pay for them,
+            // merging them into one goes before the synced writes' and the reads' latency (as
+            // LevelDB's seek-triggered and Pebble's read-triggered compactions let reads ask
+            // for compactions). The merge is bounded (`pick_intra_l0`); a compaction into the
+            // base level is not, and stays paced.
+            INTRA_L0 => {
+                self.urgent.load(Ordering::Relaxed)
+                    || self.control.lock().read_pressure(now, self.slow_reads.load(Ordering::Relaxed))
+            }
+            FLUSH => self.flush_urgent.load(Ordering::Relaxed),
+            _ => false,
+        };
+        if urgent {
+            return true;
+        }
+        let mut wait = Duration::ZERO;
+        if syncs_on {
+            wait = self.control.lock().delay(now, bytes);
+        }
+        if reads_on {
+            wait = wait.max(self.reads.lock().0.delay(now, bytes));
+        }
         let start = Instant::now();
         while !self.stopped.load(Ordering::Acquire) {
             let left = wait.saturating_sub(start.elapsed());
@@ -317,14 +428,14 @@ impl Pacer {
         self.waited.load(Ordering::Relaxed)
     }
 
-    /// The pacing state, if pacing is on.
+    /// The pacing state by sync latency, if that pacing is on.
     pub fn stats(&self) -> Option<PaceStats> {
-        let c = self.control.lock();
-        c.active(Instant::now()).then(|| PaceStats {
-            rate: c.rate as u64,
-            idle_sync_micros: c.idle().as_micros() as u64,
-            smoothed_sync_micros: c.smoothed.as_micros() as u64,
-        })
+        self.control.lock().stats(Instant::now())
+    }
+
+    /// The pacing state by device reads' latency, if that pacing is on.
+    pub fn read_stats(&self) -> Option<PaceStats> {
+        self.reads.lock().0.stats(Instant::now())
     }
 }
 
@@ -359,7 +470,7 @@ mod tests {
         let t0 = Instant::now();
         assert!(!c.active(t0));
         assert_eq!(c.delay(t0, 64 << 20), Duration::ZERO);
-        c.on_sync(t0, 300 * US);
+        c.on_sample(t0, 300 * US);
         assert!(c.active(t0 + 500 * MS));
         assert!(!c.active(t0 + ACTIVE), "pacing stops a second after the last synced write");
         assert_eq!(c.delay(t0 + ACTIVE, 64 << 20), Duration::ZERO);
@@ -369,7 +480,7 @@ mod tests {
     fn delays_follow_the_rate() {
         let mut c = Control::default();
         let t0 = Instant::now();
-        c.on_sync(t0, 300 * US);
+        c.on_sample(t0, 300 * US);
         let rate = c.rate;
         // Back to back chunks: the first rides on the burst allowance, then each waits a
         // chunk's time at the rate.
@@ -388,7 +499,7 @@ mod tests {
         let mut c = Control::default();
         let mut t = Instant::now();
         for _ in 0..50 {
-            c.on_sync(t, 300 * US);
+            c.on_sample(t, 300 * US);
             t += MS;
         }
         let grown = c.rate;
@@ -397,17 +508,17 @@ mod tests {
         // Latency climbs far above twice the idle one: the smoothed latency crosses the target
         // within a few syncs and the rate halves, once per CUT_EVERY at most.
         for _ in 0..10 {
-            c.on_sync(t, 5 * MS);
+            c.on_sample(t, 5 * MS);
             t += MS;
         }
         assert_eq!(c.rate, grown / 2.0);
         for _ in 0..200 {
-            c.on_sync(t, 5 * MS);
+            c.on_sample(t, 5 * MS);
             t += MS;
         }
         assert!(c.rate < grown / 4.0);
         for _ in 0..10_000 {
-            c.on_sync(t, 5 * MS);
+            c.on_sample(t, 5 * MS);
             t += MS;
         }
         assert_eq!(c.rate, MIN_RATE, "the rate stops at its floor");
@@ -417,16 +528,16 @@ mod tests {
     fn a_device_that_stays_slower_becomes_the_new_idle() {
         let mut c = Control::default();
         let mut t = Instant::now();
-        c.on_sync(t, 100 * US);
+        c.on_sample(t, 100 * US);
         // Every sync takes 2 ms from now on: after two windows that is the idle latency and
         // the rate grows again.
         for _ in 0..(2 * WINDOW.as_millis() as usize / 10 + 10) {
             t += 10 * MS;
-            c.on_sync(t, 2 * MS);
+            c.on_sample(t, 2 * MS);
         }
         let before = c.rate;
         t += 10 * MS;
-        c.on_sync(t, 2 * MS);
+        c.on_sample(t, 2 * MS);
         assert!(c.rate > before);
     }
 
@@ -439,7 +550,7 @@ mod tests {
         let mut t = Instant::now();
         for i in 0..2000 {
             t += MS;
-            c.on_sync(t, if i % 2 == 0 { MS } else { 20 * US });
+            c.on_sample(t, if i % 2 == 0 { MS } else { 20 * US });
         }
         assert!(c.idle() > 300 * US, "idle {:?}", c.idle());
         assert!(c.rate > START_RATE, "rate {}", c.rate);
@@ -449,21 +560,21 @@ mod tests {
     fn restarting_after_a_pause_starts_over() {
         let mut c = Control::default();
         let mut t = Instant::now();
-        c.on_sync(t, 100 * US);
+        c.on_sample(t, 100 * US);
         for _ in 0..1000 {
             t += MS;
-            c.on_sync(t, 5 * MS);
+            c.on_sample(t, 5 * MS);
         }
-        c.on_sync(t, 100 * US);
+        c.on_sample(t, 100 * US);
         assert!(c.rate < START_RATE);
         t += ACTIVE * 2;
-        c.on_sync(t, 100 * US);
+        c.on_sample(t, 100 * US);
         assert_eq!(c.rate, START_RATE);
     }
 
     #[test]
     fn the_pacer_skips_urgent_level0_and_flushes_and_disabled() {
-        let p = Pacer::new(true);
+        let p = Pacer::new(true, false, Arc::default());
         p.on_sync(Duration::from_micros(100));
         assert!(p.stats().is_some());
         p.set_urgent(true);
@@ -478,11 +589,76 @@ mod tests {
         p.stop();
         assert!(p.pace(3, 256 << 20));
         assert!(t.elapsed() < Duration::from_secs(1), "a stopped pacer makes no compaction wait");
-        let off = Pacer::new(false);
+        let off = Pacer::new(false, false, Arc::default());
         off.on_sync(Duration::from_micros(100));
         assert!(off.stats().is_none());
         assert!(!off.pace(3, 256 << 20), "a disabled pacer never asks for write-back");
         assert!(t.elapsed() < Duration::from_secs(1));
+    }
+
+    #[test]
+    fn only_reads_that_waited_for_the_device_count() {
+        let r = DeviceReads::default();
+        r.note(5 * US);
+        r.note(DEVICE_READ - US);
+        assert_eq!(r.totals(), (0, 0), "page-cache hits are not the device's");
+        r.note(DEVICE_READ);
+        r.note(MS);
+        assert_eq!(r.totals(), (2, 50 + 1000));
+    }
+
+    #[test]
+    fn device_reads_are_averaged_into_samples() {
+        let mut s = ReadSampler::default();
+        let t = Instant::now();
+        assert_eq!(s.sample(t, (0, 0)), None, "the first call only sets the mark");
+        assert_eq!(s.sample(t + READ_SAMPLE / 2, (10, 10_000)), None, "too soon");
+        assert_eq!(s.sample(t + READ_SAMPLE, (10, 10_000)), Some(MS), "mean of ten 1 ms reads");
+        // Too few reads: carried into the next sample...
+        let t = t + READ_SAMPLE;
+        assert_eq!(s.sample(t + READ_SAMPLE, (12, 10_600)), None);
+        assert_eq!(s.sample(t + READ_SAMPLE * 2, (14, 11_000)), Some(250 * US), "(600 + 400) / 4");
+        // ...for at most ACTIVE: an old read is not averaged with much later ones.
+        let t = t + READ_SAMPLE * 2;
+        assert_eq!(s.sample(t + ACTIVE, (15, 20_000)), None);
+        assert_eq!(s.sample(t + ACTIVE + READ_SAMPLE, (19, 20_400)), Some(100 * US));
+    }
+
+    /// Reads that wait for the device turn pacing on with no synced writes, and a
+    /// compaction out of level 1+ waits; reads served from memory leave it off.
+    #[test]
+    fn device_reads_pace_compactions() {
+        let reads = Arc::new(DeviceReads::default());
+        let p = Pacer::new(true, true, reads.clone());
+        for _ in 0..100 {
+            reads.note(5 * US);
+        }
+        assert!(!p.pace(3, CHUNK), "the first call marks");
+        std::thread::sleep(READ_SAMPLE);
+        assert!(!p.pace(3, CHUNK), "page-cache hits do not pace");
+        assert!(p.read_stats().is_none());
+        for _ in 0..10 {
+            reads.note(2 * MS);
+        }
+        std::thread::sleep(READ_SAMPLE);
+        let t = Instant::now();
+        assert!(p.pace(3, CHUNK), "device reads pace");
+        assert!(p.read_stats().is_some_and(|s| s.smoothed_micros == 2000 && s.rate == START_RATE as u64));
+        assert!(p.stats().is_none(), "the sync latency's pacing stays off");
+        assert!(p.pace(3, CHUNK));
+        let per_chunk = Duration::from_secs_f64(CHUNK as f64 / START_RATE);
+        assert!(t.elapsed() >= per_chunk * 2 - BURST, "{:?}", t.elapsed());
+        // Urgent level 0 is not paced by reads either.
+        p.set_urgent(true);
+        let t = Instant::now();
+        assert!(p.pace(0, 256 << 20));
+        assert!(t.elapsed() < Duration::from_secs(1));
+        // Off: the same reads change nothing.
+        let off = Pacer::new(true, false, reads.clone());
+        assert!(!off.pace(3, CHUNK));
+        reads.note(2 * MS);
+        std::thread::sleep(READ_SAMPLE);
+        assert!(!off.pace(3, CHUNK));
     }
 
     #[test]
@@ -501,7 +677,7 @@ mod tests {
     /// other compactions out of level 0.
     #[test]
     fn intra_level0_merges_are_not_paced_while_scans_pay_for_level_0() {
-        let p = Pacer::new(true);
+        let p = Pacer::new(true, false, Arc::default());
         p.on_sync(Duration::from_micros(100));
         assert!(p.pace(INTRA_L0, 1 << 20), "paced (and the slow reads' count marked)");
         for _ in 0..100 {

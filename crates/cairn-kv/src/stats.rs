@@ -118,12 +118,16 @@ pub struct Stats {
     pub stall_slowdown_micros: u64,
     /// Of that, stopped at `level0_stop_trigger`.
     pub stall_stop_micros: u64,
-    /// Time compactions waited, in microseconds, so that synced writes do not wait for their
-    /// bytes ([`crate::Options::sync_pacing`]); parallel compactions add up.
+    /// Time compactions waited, in microseconds, so that synced writes and reads from the
+    /// device do not wait for their bytes ([`crate::Options::sync_pacing`],
+    /// [`crate::Options::read_pacing`]); parallel compactions add up.
     pub compaction_paced_micros: u64,
     /// How compactions are paced now; `None` while no synced writes happen (or pacing is
     /// off).
     pub compaction_pacing: Option<crate::PaceStats>,
+    /// How compactions are paced by the latency of reads from the device; `None` while no
+    /// such reads happen (or that pacing is off).
+    pub compaction_read_pacing: Option<crate::PaceStats>,
     /// Bytes held by the block cache.
     pub block_cache_bytes: u64,
     /// Block cache hits.
@@ -177,6 +181,7 @@ pub(crate) fn collect(inner: &DbInner) -> Stats {
         stall_stop_micros: g(&c.stall_stop_micros),
         compaction_paced_micros: inner.pacer.waited_micros(),
         compaction_pacing: inner.pacer.stats(),
+        compaction_read_pacing: inner.pacer.read_stats(),
         block_cache_bytes: inner.block_cache.usage_bytes(),
         block_cache_hits: cache.hits,
         block_cache_misses: cache.misses,

@@ -96,10 +96,13 @@ impl TableReader {
     }
 
     /// Reads a data block for the block cache: through a per-thread scratch buffer into a
-    /// pooled one ([`crate::block_pool`]), so that cache misses do not allocate.
+    /// pooled one ([`crate::block_pool`]), so that cache misses do not allocate. The read's
+    /// latency goes to the compaction pacer ([`crate::Options::read_pacing`]).
     fn read_data_block(&self, h: BlockHandle) -> Result<Block> {
         let data = READ_BUF.with_borrow_mut(|buf| {
+            let start = std::time::Instant::now();
             read_span_into(&*self.file, &self.path, h, self.data_end, 0, buf)?;
+            self.blocks.note_read(start.elapsed());
             let (tag, size) = check_trailer(buf, &self.path, h)?;
             let data = decompress_pooled(tag, &buf[..size], &self.path, h.offset);
             if buf.capacity() > MAX_READ_BUF {

@@ -38,12 +38,15 @@ impl CairnEngine {
                 .unwrap_or(Options::default().compaction_nice),
             // For experiments: CAIRN_BENCH_SYNC_PACING=0 turns pacing off (printed too).
             sync_pacing: std::env::var("CAIRN_BENCH_SYNC_PACING").as_deref() != Ok("0"),
+            // Same: CAIRN_BENCH_READ_PACING=0 turns pacing by device reads off.
+            read_pacing: std::env::var("CAIRN_BENCH_READ_PACING").as_deref() != Ok("0"),
             ..Options::default()
         };
         let settings = format!(
             "memtable {} MiB (+ up to {} frozen), block {} B, bloom {} bits/key, compression {:?}, block cache {} MiB, \
              {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread; compactions out of levels 1+ at nice +{}, out of level 0 at normal priority) + 1 flush thread, \
              compactions paced by sync latency while synced writes happen: {}, \
+             and by the latency of reads from the device while they happen: {}, \
              durability {} (WAL fsync per write, group-committed across writers)",
             s.memtable_mb,
             opts.max_immutable_memtables,
@@ -55,6 +58,7 @@ impl CairnEngine {
             opts.max_subcompactions,
             opts.compaction_nice,
             if opts.sync_pacing { "yes" } else { "no" },
+            if opts.read_pacing { "yes" } else { "no" },
             s.durability.as_str(),
         );
         let settings = if s.durability == Durability::Nosync {
@@ -74,7 +78,7 @@ impl CairnEngine {
                     std::thread::sleep(std::time::Duration::from_secs(1));
                     let s = db.stats();
                     eprintln!(
-                        "MON {:.0}s l0 {} ({} MiB) stall {} ms slow {} ms intra {} comp {} flushes {} paced {} ms pace {} levels {:?}",
+                        "MON {:.0}s l0 {} ({} MiB) stall {} ms slow {} ms intra {} comp {} flushes {} paced {} ms pace {} read pace {} levels {:?}",
                         t0.elapsed().as_secs_f64(),
                         s.levels[0].tables,
                         s.levels[0].bytes >> 20,
@@ -87,8 +91,14 @@ impl CairnEngine {
                         s.compaction_pacing.map_or("-".to_string(), |p| format!(
                             "{} MiB/s sync {}/{} us",
                             p.rate >> 20,
-                            p.smoothed_sync_micros,
-                            p.idle_sync_micros
+                            p.smoothed_micros,
+                            p.idle_micros
+                        )),
+                        s.compaction_read_pacing.map_or("-".to_string(), |p| format!(
+                            "{} MiB/s reads {}/{} us",
+                            p.rate >> 20,
+                            p.smoothed_micros,
+                            p.idle_micros
                         )),
                         s.levels.iter().skip(1).map(|l| l.bytes >> 20).collect::<Vec<_>>()
                     );
