@@ -106,8 +106,8 @@ pub struct Options {
     /// compactions write at a rate paced by those reads' latency, as `sync_pacing` paces them
     /// by syncs', with the same exemptions (default true): a compaction reading and writing
     /// at full speed fills the device's queue, and every read from the device waits behind
-    /// it. The debt is still paid, at 4 MiB/s or more. Reads served by the block cache or the
-    /// OS page cache change nothing.
+    /// it. The debt is still paid, at 4 MiB/s or more. Reads served by the block cache change
+    /// nothing, nor do those served by the OS page cache unless a busy CPU delays them 50 µs.
     pub read_pacing: bool,
     /// A clean close flushes the memtables when they hold at least this many bytes (default
     /// 1 MiB; 0 never flushes at close). The next open then has no log to replay, which is what
