@@ -111,7 +111,7 @@ const READ_SAMPLE_MIN: u64 = 4;
 /// their total latency. Counted by the readers (see [`crate::block_cache::TableBlocks`]),
 /// averaged by the pacer.
 #[derive(Debug, Default)]
-pub struct DeviceReads {
+pub(crate) struct DeviceReads {
     count: AtomicU64,
     micros: AtomicU64,
 }
@@ -180,7 +180,7 @@ pub struct PaceStats {
 /// The pacing state; times are given, so that tests can drive it.
 #[derive(Debug)]
 pub(crate) struct Control {
-    last_sync: Option<Instant>,
+    last_sample: Option<Instant>,
     window_start: Option<Instant>,
     cur_min: Duration,
     prev_min: Duration,
@@ -201,7 +201,7 @@ pub(crate) struct Control {
 impl Default for Control {
     fn default() -> Self {
         Control {
-            last_sync: None,
+            last_sample: None,
             window_start: None,
             cur_min: Duration::MAX,
             prev_min: Duration::MAX,
@@ -220,7 +220,7 @@ impl Control {
     /// Whether a sample came within [`ACTIVE`] of `now` (synced writes or device reads
     /// happen).
     pub fn active(&self, now: Instant) -> bool {
-        self.last_sync.is_some_and(|t| now.saturating_duration_since(t) < ACTIVE)
+        self.last_sample.is_some_and(|t| now.saturating_duration_since(t) < ACTIVE)
     }
 
     /// The sync latency taken for an idle device's.
@@ -239,7 +239,7 @@ impl Control {
             self.last_raise = Some(now);
             self.next = None;
         }
-        self.last_sync = Some(now);
+        self.last_sample = Some(now);
         self.smoothed = (self.smoothed * 7 + took) / 8;
         match self.window_start {
             Some(start) if now.saturating_duration_since(start) < WINDOW => {
@@ -324,7 +324,9 @@ pub(crate) struct Pacer {
     stopped: AtomicBool,
     /// Reads that merged many level-0 tables ([`Pacer::note_slow_read`]).
     slow_reads: AtomicU64,
-    disabled: bool,
+    /// Pacing by sync latency is off ([`crate::Options::sync_pacing`]).
+    syncs_disabled: bool,
+    /// Pacing by device reads is off ([`crate::Options::read_pacing`]).
     reads_disabled: bool,
     /// Microseconds compactions waited.
     waited: AtomicU64,
@@ -334,12 +336,12 @@ impl Pacer {
     /// A pacer that paces by sync latency (`by_syncs`) and by the latency of the reads counted
     /// in `device_reads` (`by_reads`), or never.
     pub fn new(by_syncs: bool, by_reads: bool, device_reads: Arc<DeviceReads>) -> Self {
-        Pacer { disabled: !by_syncs, reads_disabled: !by_reads, device_reads, ..Pacer::default() }
+        Pacer { syncs_disabled: !by_syncs, reads_disabled: !by_reads, device_reads, ..Pacer::default() }
     }
 
     /// Reports the latency of a synced write's sync.
     pub fn on_sync(&self, took: Duration) {
-        if !self.disabled {
+        if !self.syncs_disabled {
             self.control.lock().on_sample(Instant::now(), took);
         }
     }
@@ -366,46 +368,44 @@ impl Pacer {
     /// starts write-back of those bytes (urgent level-0 compactions and flushes do not wait,
     /// but write back too).
     pub fn pace(&self, level: usize, bytes: u64) -> bool {
-        if self.disabled && self.reads_disabled {
+        if self.syncs_disabled && self.reads_disabled {
             return false;
         }
-        let now = Instant::now();
-        let syncs_on = !self.disabled && self.control.lock().active(now);
-        let reads_on = !self.reads_disabled && {
-            let mut r = self.reads.lock();
-            let (control, sampler) = &mut *r;
-            if let Some(took) = sampler.sample(now, self.device_reads.totals()) {
-                control.on_sample(now, took);
+        let wait = {
+            // Always in this order: sync control, then read control.
+            let (mut syncs, mut reads, now) = (self.control.lock(), self.reads.lock(), Instant::now());
+            let syncs_on = !self.syncs_disabled && syncs.active(now);
+            let reads_on = !self.reads_disabled && {
+                let (control, sampler) = &mut *reads;
+                if let Some(took) = sampler.sample(now, self.device_reads.totals()) {
+                    control.on_sample(now, took);
+                }
+                control.active(now)
+            };
+            if !syncs_on && !reads_on {
+                return false;
             }
-            control.active(now)
-        };
-        if !syncs_on && !reads_on {
-            return false;
-        }
-        let urgent = match level {
-            0 => self.urgent.load(Ordering::Relaxed),
-            // Level-0 tables cost every scan a block read each: while scans pay for them,
-            // merging them into one goes before the synced writes' and the reads' latency (as
-            // LevelDB's seek-triggered and Pebble's read-triggered compactions let reads ask
-            // for compactions). The merge is bounded (`pick_intra_l0`); a compaction into the
-            // base level is not, and stays paced.
-            INTRA_L0 => {
-                self.urgent.load(Ordering::Relaxed)
-                    || self.control.lock().read_pressure(now, self.slow_reads.load(Ordering::Relaxed))
+            let urgent = match level {
+                0 => self.urgent.load(Ordering::Relaxed),
+                // Level-0 tables cost every scan a block read each: while scans pay for them,
+                // merging them into one goes before the synced writes' and the reads' latency
+                // (as LevelDB's seek-triggered and Pebble's read-triggered compactions let
+                // reads ask for compactions). The merge is bounded (`pick_intra_l0`); a
+                // compaction into the base level is not, and stays paced.
+                INTRA_L0 => {
+                    self.urgent.load(Ordering::Relaxed)
+                        || syncs.read_pressure(now, self.slow_reads.load(Ordering::Relaxed))
+                }
+                FLUSH => self.flush_urgent.load(Ordering::Relaxed),
+                _ => false,
+            };
+            if urgent {
+                return true;
             }
-            FLUSH => self.flush_urgent.load(Ordering::Relaxed),
-            _ => false,
+            let by_syncs = if syncs_on { syncs.delay(now, bytes) } else { Duration::ZERO };
+            let by_reads = if reads_on { reads.0.delay(now, bytes) } else { Duration::ZERO };
+            by_syncs.max(by_reads)
         };
-        if urgent {
-            return true;
-        }
-        let mut wait = Duration::ZERO;
-        if syncs_on {
-            wait = self.control.lock().delay(now, bytes);
-        }
-        if reads_on {
-            wait = wait.max(self.reads.lock().0.delay(now, bytes));
-        }
         let start = Instant::now();
         while !self.stopped.load(Ordering::Acquire) {
             let left = wait.saturating_sub(start.elapsed());

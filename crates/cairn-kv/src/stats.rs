@@ -122,8 +122,8 @@ pub struct Stats {
     /// device do not wait for their bytes ([`crate::Options::sync_pacing`],
     /// [`crate::Options::read_pacing`]); parallel compactions add up.
     pub compaction_paced_micros: u64,
-    /// How compactions are paced now; `None` while no synced writes happen (or pacing is
-    /// off).
+    /// How compactions are paced by the latency of synced writes' syncs; `None` while no
+    /// synced writes happen (or that pacing is off).
     pub compaction_pacing: Option<crate::PaceStats>,
     /// How compactions are paced by the latency of reads from the device; `None` while no
     /// such reads happen (or that pacing is off).

@@ -74,6 +74,12 @@ impl CairnEngine {
             let db = db.clone();
             std::thread::spawn(move || {
                 let t0 = std::time::Instant::now();
+                // A pacing controller's rate and smoothed / idle latency, or "-" while it is off.
+                let pace = |p: Option<cairn_kv::PaceStats>, by: &str| {
+                    p.map_or("-".to_string(), |p| {
+                        format!("{} MiB/s {by} {}/{} us", p.rate >> 20, p.smoothed_micros, p.idle_micros)
+                    })
+                };
                 loop {
                     std::thread::sleep(std::time::Duration::from_secs(1));
                     let s = db.stats();
@@ -88,18 +94,8 @@ impl CairnEngine {
                         s.compactions,
                         s.flushes,
                         s.compaction_paced_micros / 1000,
-                        s.compaction_pacing.map_or("-".to_string(), |p| format!(
-                            "{} MiB/s sync {}/{} us",
-                            p.rate >> 20,
-                            p.smoothed_micros,
-                            p.idle_micros
-                        )),
-                        s.compaction_read_pacing.map_or("-".to_string(), |p| format!(
-                            "{} MiB/s reads {}/{} us",
-                            p.rate >> 20,
-                            p.smoothed_micros,
-                            p.idle_micros
-                        )),
+                        pace(s.compaction_pacing, "sync"),
+                        pace(s.compaction_read_pacing, "reads"),
                         s.levels.iter().skip(1).map(|l| l.bytes >> 20).collect::<Vec<_>>()
                     );
                 }
