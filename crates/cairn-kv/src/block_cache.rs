@@ -512,6 +512,26 @@ impl TableBlocks {
     /// ghost (it was evicted from probation not long ago) or held a main block. Blocks larger
     /// than the whole budget are not kept.
     pub fn insert(&self, i: usize, block: Arc<Block>) {
+        self.insert_as(i, block, false);
+    }
+
+    /// Whether block `i` is cached and was read since it came in (on probation), or is in the
+    /// main part: a block readers come back to.
+    pub fn is_hot(&self, i: usize) -> bool {
+        self.state.get(i).is_some_and(|s| {
+            let v = s.load(Ordering::Relaxed);
+            v & PLACE == MAIN || (v & PLACE == SMALL && v & USES > 0)
+        })
+    }
+
+    /// Caches `block` as block number `i` straight in the main part, skipping probation: for
+    /// the copy a compaction wrote of blocks readers come back to ([`TableBlocks::is_hot`]),
+    /// which replaces them when the compaction is installed.
+    pub fn insert_hot(&self, i: usize, block: Arc<Block>) {
+        self.insert_as(i, block, true);
+    }
+
+    fn insert_as(&self, i: usize, block: Arc<Block>, main: bool) {
         let Some(slot) = self.blocks.get(i) else { return };
         let w = weight(&block);
         if w > self.cache.capacity {
@@ -521,7 +541,7 @@ impl TableBlocks {
         let old = slot.swap(Some(block.clone()));
         let prev = self.state[i]
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
-                Some(if matches!(p & PLACE, GHOST | MAIN) { MAIN } else { SMALL })
+                Some(if main || matches!(p & PLACE, GHOST | MAIN) { MAIN } else { SMALL })
             })
             .unwrap_or(EMPTY);
         cache.charge(w);
@@ -532,7 +552,7 @@ impl TableBlocks {
                 cache.small_sub(ow);
             }
         }
-        if !matches!(prev & PLACE, GHOST | MAIN) {
+        if !main && !matches!(prev & PLACE, GHOST | MAIN) {
             cache.enqueue_small(self, i, &block);
         }
         drop(block);
@@ -753,6 +773,30 @@ mod tests {
         }
         let fresh = c.open_table(2, 100);
         assert!(fresh.get(99).is_some(), "the newest warmed block is kept");
+    }
+
+    #[test]
+    fn hot_blocks_skip_probation_and_blocks_read_again_are_hot() {
+        let c = Arc::new(BlockCache::new(64 << 10));
+        let t = c.open_table(1, 8);
+        t.insert(0, block(500));
+        assert!(!t.is_hot(0), "a block just cached is not hot until read again");
+        t.get(0).unwrap();
+        assert!(t.is_hot(0));
+        t.insert_hot(1, block(500));
+        assert!(t.is_hot(1) && !t.is_hot(2));
+        assert_eq!(c.small.lock().len(), 1, "only the block inserted plainly is on probation");
+        // Flooding probation with blocks read once leaves the hot block alone, and the block
+        // read again moves on to the main part.
+        let u = c.open_table(2, 512);
+        for i in 0..512 {
+            u.insert(i, block(500));
+        }
+        assert!(t.peek(1).is_some(), "the hot block stays while probation turns over");
+        assert!(t.peek(0).is_some(), "the block read again stays too");
+        assert!(c.usage_bytes() <= 64 << 10);
+        let left = (0..512).filter(|&i| u.peek(i).is_some()).count();
+        assert!(left as u64 * weight(&block(500)) <= 64 << 10, "{left} blocks of the flood left");
     }
 
     #[test]

@@ -396,7 +396,8 @@ pub(crate) fn run(inner: &Arc<DbInner>, c: Compaction) -> Result<()> {
 }
 
 fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<()> {
-    let result = merge_with(inner, &c, force_rewrite);
+    let mut hot = Vec::new();
+    let result = merge_with(inner, &c, force_rewrite, &mut hot);
     let mut st = inner.state.lock();
     for f in c.all() {
         st.compaction.tables.remove(&f.no());
@@ -426,8 +427,22 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     drop(st);
     if applied.is_ok() {
         open_new_tables(inner, &opened);
+        warm_hot_blocks(inner, &hot);
     }
     applied
+}
+
+/// Reads into the block cache the blocks of a compaction's new tables that hold entries it read
+/// from hot blocks of its inputs ([`crate::iter::InternalIterator::in_hot_block`]), now that
+/// those inputs' blocks have left the cache with their tables: a compaction through the hot
+/// keys of a database larger than the cache would otherwise cost readers a miss on every one
+/// of them. A block that fails to read is left to the read that needs it.
+fn warm_hot_blocks(inner: &DbInner, hot: &crate::flush::HotBlocks) {
+    for (no, blocks) in hot {
+        if let Ok(t) = inner.cleaner.table_cache.get(*no) {
+            let _ = t.warm_hot_blocks(blocks);
+        }
+    }
 }
 
 /// Opens tables just installed by a flush or compaction, so that the data blocks written into
@@ -442,7 +457,14 @@ pub(crate) fn open_new_tables(inner: &DbInner, file_nos: &[u64]) {
     }
 }
 
-fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Result<VersionEdit> {
+/// Merges the compaction's tables into new ones; the edit installs them. `hot` gets the data
+/// blocks of the new tables to read into the block cache once they are installed.
+fn merge_with(
+    inner: &Arc<DbInner>,
+    c: &Compaction,
+    force_rewrite: bool,
+    hot: &mut crate::flush::HotBlocks,
+) -> Result<VersionEdit> {
     let out_level = c.output_level;
     let mut edit = VersionEdit::default();
     for f in &c.inputs {
@@ -507,6 +529,7 @@ fn merge_with(inner: &Arc<DbInner>, c: &Compaction, force_rewrite: bool) -> Resu
         read_bytes += piece.read_bytes;
         written += piece.written;
         files.extend(piece.files);
+        hot.extend(piece.hot);
     }
     if !files.is_empty() {
         inner.storage.sync_dir(&inner.dir).at(&inner.dir)?;
@@ -524,6 +547,8 @@ struct Piece {
     files: Vec<crate::version_edit::FileInfo>,
     read_bytes: u64,
     written: u64,
+    /// The data blocks of `files` with entries read from hot blocks, by table number.
+    hot: crate::flush::HotBlocks,
 }
 
 /// User keys splitting a compaction into at most `max` key ranges of about equal size for
@@ -577,7 +602,8 @@ fn merge_range(
     // Level 0 tables may overlap only in whole, so a merge of level-0 tables makes one table.
     let target = if c.output_level == 0 { u64::MAX } else { inner.opts.target_file_size };
     let mut out = TableOutput::new(&inner.storage, &inner.dir, &inner.opts, target);
-    if inner.opts.prepopulate_block_cache {
+    let warm = inner.opts.prepopulate_block_cache;
+    if warm {
         out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);
     }
     let pace_as = if c.is_intra_l0() { crate::pacer::INTRA_L0 } else { c.level };
@@ -597,12 +623,13 @@ fn merge_range(
         }
         read_bytes += (it.key().len() + it.value().len()) as u64;
         if filter.keep(it.key()) {
-            out.add(it.key(), it.value(), &mut alloc)?;
+            let hot = warm && it.in_hot_block();
+            out.add_marked(it.key(), it.value(), hot, &mut alloc)?;
         }
         it.next()?;
     }
-    let (files, written) = out.finish_unsynced(filter.tombstones_applied(max_tombstone))?;
-    Ok(Piece { files, read_bytes, written })
+    let (files, written, hot) = out.finish_unsynced_hot(filter.tombstones_applied(max_tombstone))?;
+    Ok(Piece { files, read_bytes, written, hot })
 }
 
 /// Compacts every level into the next, top to bottom, so that all data ends in the last

@@ -82,6 +82,10 @@ impl<'a> VersionFilter<'a> {
     }
 }
 
+/// The data blocks of tables written that hold entries added as hot
+/// ([`TableOutput::add_marked`]): per table number, the blocks' numbers, ascending.
+pub(crate) type HotBlocks = Vec<(u64, Vec<usize>)>;
+
 /// Writes a sorted stream into one or more tables.
 pub(crate) struct TableOutput<'a> {
     storage: &'a Arc<dyn Storage>,
@@ -97,6 +101,8 @@ pub(crate) struct TableOutput<'a> {
     last_user_key: Vec<u8>,
     pub finished: Vec<FileInfo>,
     pub bytes_written: u64,
+    /// The hot blocks of the tables finished.
+    hot_blocks: HotBlocks,
 }
 
 impl<'a> TableOutput<'a> {
@@ -112,6 +118,7 @@ impl<'a> TableOutput<'a> {
             last_user_key: Vec::new(),
             finished: Vec::new(),
             bytes_written: 0,
+            hot_blocks: Vec::new(),
         }
     }
 
@@ -131,6 +138,12 @@ impl<'a> TableOutput<'a> {
     /// Adds an entry, starting a new table (numbered by `alloc`) when needed. Tables are only
     /// cut between user keys, so one key's versions never span two tables of a level.
     pub fn add(&mut self, ikey: &[u8], value: &[u8], alloc: &mut dyn FnMut() -> u64) -> Result<()> {
+        self.add_marked(ikey, value, false, alloc)
+    }
+
+    /// [`TableOutput::add`], marking the entry as read from a block readers come back to
+    /// when `hot` ([`TableBuilder::mark_hot`]).
+    pub fn add_marked(&mut self, ikey: &[u8], value: &[u8], hot: bool, alloc: &mut dyn FnMut() -> u64) -> Result<()> {
         let uk = key::user_key(ikey);
         if let Some(b) = &self.builder
             && b.estimated_size() >= self.target_size
@@ -163,6 +176,9 @@ impl<'a> TableOutput<'a> {
             });
         }
         if let Some(b) = self.builder.as_mut() {
+            if hot {
+                b.mark_hot();
+            }
             b.add(ikey, value)?;
         }
         self.last_user_key.clear();
@@ -172,8 +188,11 @@ impl<'a> TableOutput<'a> {
 
     fn finish_current(&mut self) -> Result<()> {
         let Some(b) = self.builder.take() else { return Ok(()) };
-        let t = b.finish()?;
+        let mut t = b.finish()?;
         let f = self.finished.last_mut().ok_or_else(|| Error::InvalidArgument("no table in progress".into()))?;
+        if !t.hot_blocks.is_empty() {
+            self.hot_blocks.push((f.file_no, std::mem::take(&mut t.hot_blocks)));
+        }
         f.size = t.file_size;
         f.smallest = t.smallest.into();
         f.largest = t.largest.into();
@@ -198,12 +217,18 @@ impl<'a> TableOutput<'a> {
 
     /// [`TableOutput::finish`] without making the directory entries durable: the caller does
     /// that (once for several outputs).
-    pub fn finish_unsynced(mut self, applied: SeqNo) -> Result<(Vec<FileInfo>, u64)> {
+    pub fn finish_unsynced(self, applied: SeqNo) -> Result<(Vec<FileInfo>, u64)> {
+        self.finish_unsynced_hot(applied).map(|(files, written, _)| (files, written))
+    }
+
+    /// [`TableOutput::finish_unsynced`], with the hot data blocks of each table written (by
+    /// table number).
+    pub fn finish_unsynced_hot(mut self, applied: SeqNo) -> Result<(Vec<FileInfo>, u64, HotBlocks)> {
         self.finish_current()?;
         for f in &mut self.finished {
             f.tombstones_applied = applied;
         }
-        Ok((self.finished, self.bytes_written))
+        Ok((self.finished, self.bytes_written, self.hot_blocks))
     }
 }
 

@@ -31,6 +31,12 @@ pub trait InternalIterator: Send {
     fn value_bytes(&self) -> bytes::Bytes {
         bytes::Bytes::copy_from_slice(self.value())
     }
+    /// Whether the current entry was read (by a sequential table iterator, which bypasses the
+    /// block cache) from a block the cache holds as one readers come back to: a compaction
+    /// puts its copy of such entries in the cache when it is installed.
+    fn in_hot_block(&self) -> bool {
+        false
+    }
 }
 
 /// Boxed iterators are iterators.
@@ -64,6 +70,9 @@ impl<I: InternalIterator + ?Sized> InternalIterator for Box<I> {
     }
     fn value_bytes(&self) -> bytes::Bytes {
         (**self).value_bytes()
+    }
+    fn in_hot_block(&self) -> bool {
+        (**self).in_hot_block()
     }
 }
 

@@ -190,6 +190,9 @@ impl<C: InternalIterator + PrepareSeek> InternalIterator for MergingIterator<C> 
     fn value_bytes(&self) -> bytes::Bytes {
         self.current.map(|i| self.children[i].value_bytes()).unwrap_or_default()
     }
+    fn in_hot_block(&self) -> bool {
+        self.current.is_some_and(|i| self.children[i].in_hot_block())
+    }
 }
 
 /// The tables a [`LevelIter`] walks.
@@ -362,6 +365,9 @@ impl InternalIterator for LevelIter {
     }
     fn value_bytes(&self) -> bytes::Bytes {
         self.cur.as_ref().map(|c| c.value_bytes()).unwrap_or_default()
+    }
+    fn in_hot_block(&self) -> bool {
+        self.cur.as_ref().is_some_and(|c| c.in_hot_block())
     }
 }
 

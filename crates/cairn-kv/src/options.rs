@@ -38,8 +38,11 @@ pub struct Options {
     pub block_cache_bytes: usize,
     /// Put the data blocks of newly written tables in the block cache as they are written
     /// (default true): those of flushed memtables always, and those of compaction output while
-    /// they fit without evicting anything. Without it, the first read of every block of a new
-    /// table goes to the file, even when the whole database fits in the cache.
+    /// they fit without evicting anything. Besides, a compaction notes which of the blocks it
+    /// writes hold entries it read from blocks the cache holds as hot (read again since they
+    /// came in), and reads those into the cache when it is installed, as its inputs' blocks
+    /// leave. Without it, the first read of every block of a new table goes to the file, even
+    /// when the whole database fits in the cache.
     pub prepopulate_block_cache: bool,
     /// How many SSTables may be held open at once (default 1000).
     pub max_open_files: usize,

@@ -121,6 +121,9 @@ pub struct TableInfo {
     pub max_seq: u64,
     /// Entries that are point deletions.
     pub num_deletions: u64,
+    /// Numbers of the data blocks holding an entry marked hot ([`TableBuilder::mark_hot`]),
+    /// ascending.
+    pub hot_blocks: Vec<usize>,
 }
 
 /// Writes one SSTable. Finish it with [`TableBuilder::finish`]; dropping it leaves a partial
@@ -139,6 +142,10 @@ pub struct TableBuilder {
     failed: bool,
     /// Where written data blocks go as they are written (see [`TableBuilder::warm`]).
     warm: Option<Warm>,
+    /// Data blocks written so far (the next one's number, its index entry's).
+    data_blocks: usize,
+    /// Whether the data block being built holds an entry marked hot.
+    block_hot: bool,
 }
 
 /// Which written data blocks a [`TableBuilder`] puts in the block cache.
@@ -160,8 +167,6 @@ struct Warm {
     path: Arc<Path>,
     /// Running estimate of the cache's free bytes (for [`WarmPolicy::IfRoom`]).
     room: u64,
-    /// Number of the next data block (its index entry's).
-    next_block: usize,
 }
 
 impl TableBuilder {
@@ -184,9 +189,12 @@ impl TableBuilder {
                 min_seq: u64::MAX,
                 max_seq: 0,
                 num_deletions: 0,
+                hot_blocks: Vec::new(),
             },
             failed: false,
             warm: None,
+            data_blocks: 0,
+            block_hot: false,
         }
     }
 
@@ -194,7 +202,7 @@ impl TableBuilder {
     /// are written, by `policy`, so that the first reads of a new table do not go to the file.
     pub fn warm(&mut self, cache: Arc<BlockCache>, table_id: u64, policy: WarmPolicy) {
         let path = Arc::from(self.path.as_path());
-        self.warm = Some(Warm { cache, table_id, policy, path, room: 0, next_block: 0 });
+        self.warm = Some(Warm { cache, table_id, policy, path, room: 0 });
     }
 
     fn check_usable(&self) -> Result<()> {
@@ -203,6 +211,12 @@ impl TableBuilder {
             return Err(Error::io(&self.path, e));
         }
         Ok(())
+    }
+
+    /// Marks the next entry added as read from a block readers come back to: its data block is
+    /// listed in [`TableInfo::hot_blocks`].
+    pub fn mark_hot(&mut self) {
+        self.block_hot = true;
     }
 
     /// Adds an entry; internal keys must be strictly increasing by
@@ -259,13 +273,16 @@ impl TableBuilder {
         let (tag, stored) = self.compressor.compress_block(&raw);
         let handle = self.write_block(&stored, tag)?;
         drop(stored);
+        let number = self.data_blocks;
+        self.data_blocks += 1;
+        if std::mem::take(&mut self.block_hot) {
+            self.info.hot_blocks.push(number);
+        }
         if let Some(w) = &mut self.warm {
             // A copy of exactly the block's size: the build buffer has spare capacity, which the
             // cache would hold without counting it.
             let block = Arc::new(Block::new(Bytes::copy_from_slice(&raw), w.path.clone(), handle.offset)?);
             let room = (w.policy == WarmPolicy::IfRoom).then_some(&mut w.room);
-            let number = w.next_block;
-            w.next_block += 1;
             // Once the cache is full, the rest of the table stays out of it too.
             if w.cache.warm(w.table_id, number, block, room) == Warmed::Full {
                 self.warm = None;

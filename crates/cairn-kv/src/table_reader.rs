@@ -99,10 +99,18 @@ impl TableReader {
     /// pooled one ([`crate::block_pool`]), so that cache misses do not allocate. The read's
     /// latency goes to the compaction pacer ([`crate::Options::read_pacing`]).
     fn read_data_block(&self, h: BlockHandle) -> Result<Block> {
+        self.read_data_block_noting(h, true)
+    }
+
+    /// [`TableReader::read_data_block`], telling the block cache how long the read took only
+    /// with `note`.
+    fn read_data_block_noting(&self, h: BlockHandle, note: bool) -> Result<Block> {
         let data = READ_BUF.with_borrow_mut(|buf| {
             let start = std::time::Instant::now();
             read_span_into(&*self.file, &self.path, h, self.data_end, 0, buf)?;
-            self.blocks.note_read(start.elapsed());
+            if note {
+                self.blocks.note_read(start.elapsed());
+            }
             let (tag, size) = check_trailer(buf, &self.path, h)?;
             let data = decompress_pooled(tag, &buf[..size], &self.path, h.offset);
             if buf.capacity() > MAX_READ_BUF {
@@ -141,6 +149,30 @@ impl TableReader {
         let block = Arc::new(self.read_data_block(h)?);
         self.blocks.insert(i, block.clone());
         Ok(block)
+    }
+
+    /// Reads data blocks `numbers` (ascending) into the block cache's main part, where not
+    /// cached already: the blocks a compaction wrote with entries it read from hot blocks
+    /// ([`crate::iter::InternalIterator::in_hot_block`]), read when the compaction is
+    /// installed and the hot blocks of its inputs leave the cache. The reads are the
+    /// compaction's, not readers', so the pacer does not count them.
+    pub(crate) fn warm_hot_blocks(&self, numbers: &[usize]) -> Result<()> {
+        let mut wanted = numbers.iter().copied().peekable();
+        let mut index = self.index.iter();
+        index.seek_to_first()?;
+        while index.valid() {
+            let Some(&next) = wanted.peek() else { break };
+            let number = index.restart_index();
+            if number == next {
+                wanted.next();
+                let h = index.handle()?;
+                if !self.blocks.holds(number, h.offset) {
+                    self.blocks.insert_hot(number, Arc::new(self.read_data_block_noting(h, false)?));
+                }
+            }
+            index.next()?;
+        }
+        Ok(())
     }
 
     /// Drops this table's data blocks from the block cache (its file is being deleted).
@@ -217,6 +249,7 @@ impl TableReader {
             advised_end: 0,
             advise_window: FIRST_ADVICE,
             seek_ahead: false,
+            data_hot: false,
         }
     }
 
@@ -398,6 +431,9 @@ pub struct TableIter {
     /// A cold seek asks for [`FIRST_ADVICE`] bytes from the sought block on, not the block
     /// alone ([`TableReader::level_iter`]).
     seek_ahead: bool,
+    /// For a sequential iterator: whether the block cache holds `data`'s block as one readers
+    /// come back to ([`TableBlocks::is_hot`]).
+    data_hot: bool,
 }
 
 /// A data block a seek is about to read from a table's file: [`PendingRead::start`] asks the
@@ -460,6 +496,7 @@ impl TableIter {
                 Some(d) => d.reset(block),
                 None => self.data = Some(BlockIter::new(block)),
             }
+            self.data_hot = self.readahead.is_some() && self.table.blocks.is_hot(number);
             self.data_number = number;
             self.data_offset = h.offset;
             self.data_limit = block_end(h).unwrap_or(u64::MAX);
@@ -649,6 +686,9 @@ impl InternalIterator for TableIter {
     fn value_bytes(&self) -> Bytes {
         TableIter::value_bytes(self)
     }
+    fn in_hot_block(&self) -> bool {
+        self.data_hot
+    }
 }
 
 impl PrepareSeek for TableIter {
@@ -768,6 +808,66 @@ mod tests {
                 true
             }
         }
+    }
+
+    /// Entries marked hot list their data blocks (numbered as the index numbers them); a
+    /// sequential iterator tells which entries come from blocks the cache holds as hot; and
+    /// warming the listed blocks caches exactly those, in the main part.
+    #[test]
+    fn hot_entries_list_their_blocks_and_warming_caches_those_blocks() {
+        let model: Vec<_> = (0..300u64)
+            .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
+            .collect();
+        let hot = [5usize, 6, 150, 299];
+        let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let file = Box::new(crate::table_cache::test_support::VecFile(buf.clone()));
+        let mut b = crate::TableBuilder::new(file, "t.sst".into(), opts(Compression::Lz4));
+        for (i, (k, v)) in model.iter().enumerate() {
+            if hot.contains(&i) {
+                b.mark_hot();
+            }
+            b.add(k, v).unwrap();
+        }
+        let info = b.finish().unwrap();
+        let data = std::mem::take(&mut *buf.lock());
+        let cache = Arc::new(BlockCache::new(1 << 20));
+        let t = open(data, &cache).unwrap();
+        // The blocks a lookup of each hot key reads are the ones listed.
+        let mut expected: Vec<usize> = hot
+            .iter()
+            .map(|&i| {
+                let mut it = t.iter();
+                it.seek(&model[i].0).unwrap();
+                it.data_number
+            })
+            .collect();
+        expected.dedup();
+        assert_eq!(info.hot_blocks, expected);
+        assert_eq!(expected.len(), 4, "keys 5 and 6 lie in two blocks: {expected:?}");
+
+        t.warm_hot_blocks(&info.hot_blocks).unwrap();
+        let cached: Vec<usize> = (0..1000).filter(|&i| t.blocks.peek(i).is_some()).collect();
+        assert_eq!(cached, expected);
+        assert!(expected.iter().all(|&i| t.blocks.is_hot(i)), "warmed blocks go to the main part");
+        let misses = cache.stats().misses;
+        for &i in &hot {
+            let uk = key::user_key(&model[i].0);
+            assert!(t.get(uk, &lookup_key(uk, key::MAX_SEQ)).unwrap().is_some());
+        }
+        assert_eq!(cache.stats().misses, misses, "hot keys are read from the cache");
+
+        // A compaction's iterator sees which entries come from those blocks.
+        let mut it = t.sequential_iter();
+        it.seek_to_first().unwrap();
+        let mut from_hot = Vec::new();
+        while it.valid() {
+            if crate::iter::InternalIterator::in_hot_block(&it) {
+                from_hot.push(it.data_number);
+            }
+            it.next().unwrap();
+        }
+        from_hot.dedup();
+        assert_eq!(from_hot, expected);
     }
 
     #[test]

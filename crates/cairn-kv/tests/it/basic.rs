@@ -275,6 +275,53 @@ fn new_tables_are_cached_as_they_are_written_and_deleted_tables_leave_the_cache(
     assert!(misses > 0, "without prepopulation, the first reads go to the files");
 }
 
+/// A database four times the cache, whose keys 0, 50, 100, ... are read again and again:
+/// returns the block-cache misses of reading those keys right after a compaction rewrote every
+/// table, and the compactions run.
+fn hot_key_misses_after_a_rewrite(prepopulate: bool) -> (u64, u64) {
+    let opts =
+        Options { block_cache_bytes: 256 << 10, prepopulate_block_cache: prepopulate, ..Options::small_for_tests() };
+    let db = Db::open_with_storage("/db", opts, Arc::new(MemStorage::new())).unwrap();
+    let put = |i: u32, round: u64| {
+        let mut b = WriteBatch::new();
+        b.put(format!("{i:08}"), noise(round * 10_000 + u64::from(i), 300)).unwrap();
+        db.write_opt(b, WriteOptions::no_sync()).unwrap();
+    };
+    for i in 0..4000u32 {
+        put(i, 0);
+    }
+    db.compact_all().unwrap();
+    let hot = || (0..4000u32).step_by(50).map(|i| format!("{i:08}"));
+    for _ in 0..3 {
+        for k in hot() {
+            assert!(db.get(&k).unwrap().is_some());
+        }
+    }
+    // Keys read once, enough to fill the cache around the hot blocks.
+    for i in (0..4000u32).filter(|i| i % 50 == 25) {
+        assert!(db.get(format!("{i:08}")).unwrap().is_some());
+    }
+    for i in (1..4000u32).step_by(97) {
+        put(i, 1);
+    }
+    let compactions = db.stats().compactions;
+    db.compact_all().unwrap();
+    let before = db.stats();
+    for k in hot() {
+        assert!(db.get(&k).unwrap().is_some());
+    }
+    (db.stats().block_cache_misses - before.block_cache_misses, before.compactions - compactions)
+}
+
+#[test]
+fn a_compaction_puts_its_copy_of_hot_blocks_in_the_cache() {
+    let (misses, compactions) = hot_key_misses_after_a_rewrite(true);
+    assert!(compactions > 0);
+    assert_eq!(misses, 0, "the rewritten hot blocks were cached when the compaction was installed");
+    let (misses, _) = hot_key_misses_after_a_rewrite(false);
+    assert_eq!(misses, 80, "without it, every hot key's block is read from the file");
+}
+
 /// Four writers through group commit, across memtable switches and flushes. A reader checking
 /// all along sees every batch whole or not at all, never a later batch of a writer without its
 /// earlier ones, and never loses sight of a write it saw; a reopen finds every write.
