@@ -439,8 +439,8 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
 /// of them. A block that fails to read is left to the read that needs it.
 fn warm_hot_blocks(inner: &DbInner, hot: &crate::flush::HotBlocks) {
     for (no, blocks) in hot {
-        if let Ok(t) = inner.cleaner.table_cache.get(*no) {
-            let _ = t.warm_hot_blocks(blocks);
+        if let Ok(Ok(n)) = inner.cleaner.table_cache.get(*no).map(|t| t.warm_hot_blocks(blocks)) {
+            inner.counters.add_hot_blocks_rewarmed(n);
         }
     }
 }
@@ -602,10 +602,10 @@ fn merge_range(
     // Level 0 tables may overlap only in whole, so a merge of level-0 tables makes one table.
     let target = if c.output_level == 0 { u64::MAX } else { inner.opts.target_file_size };
     let mut out = TableOutput::new(&inner.storage, &inner.dir, &inner.opts, target);
-    let warm = inner.opts.prepopulate_block_cache;
-    if warm {
+    if inner.opts.prepopulate_block_cache {
         out.warm(inner.block_cache.clone(), WarmPolicy::IfRoom);
     }
+    let rewarm = inner.opts.rewarm_hot_blocks;
     let pace_as = if c.is_intra_l0() { crate::pacer::INTRA_L0 } else { c.level };
     out.pace(inner.pacer.clone(), pace_as, target);
     let mut alloc = || inner.state.lock().alloc_file_no();
@@ -623,7 +623,7 @@ fn merge_range(
         }
         read_bytes += (it.key().len() + it.value().len()) as u64;
         if filter.keep(it.key()) {
-            let hot = warm && it.in_hot_block();
+            let hot = rewarm && it.in_hot_block();
             out.add_marked(it.key(), it.value(), hot, &mut alloc)?;
         }
         it.next()?;

@@ -38,12 +38,15 @@ pub struct Options {
     pub block_cache_bytes: usize,
     /// Put the data blocks of newly written tables in the block cache as they are written
     /// (default true): those of flushed memtables always, and those of compaction output while
-    /// they fit without evicting anything. Besides, a compaction notes which of the blocks it
-    /// writes hold entries it read from blocks the cache holds as hot (read again since they
-    /// came in), and reads those into the cache when it is installed, as its inputs' blocks
-    /// leave. Without it, the first read of every block of a new table goes to the file, even
-    /// when the whole database fits in the cache.
+    /// they fit without evicting anything. Without it, the first read of every block of a new
+    /// table goes to the file, even when the whole database fits in the cache.
     pub prepopulate_block_cache: bool,
+    /// After a compaction is installed, read into the block cache the blocks it wrote that
+    /// hold entries it read from blocks the cache held as hot (in its main part, or read again
+    /// on probation), as its inputs' blocks leave the cache (default true). Without it, a
+    /// compaction through a database larger than the cache costs readers a miss per hot block
+    /// it rewrote.
+    pub rewarm_hot_blocks: bool,
     /// How many SSTables may be held open at once (default 1000).
     pub max_open_files: usize,
     /// Size at which compaction output is cut into a new SSTable (default 64 MiB).
@@ -132,6 +135,7 @@ impl Default for Options {
             compression: Compression::Lz4,
             block_cache_bytes: 64 << 20,
             prepopulate_block_cache: true,
+            rewarm_hot_blocks: true,
             max_open_files: 1000,
             target_file_size: 64 << 20,
             level0_compaction_trigger: 4,

@@ -17,6 +17,7 @@ pub(crate) struct Counters {
     compactions: AtomicU64,
     subcompactions: AtomicU64,
     intra_l0_compactions: AtomicU64,
+    hot_blocks_rewarmed: AtomicU64,
     stall_micros: AtomicU64,
     stall_slowdown_micros: AtomicU64,
     stall_stop_micros: AtomicU64,
@@ -42,6 +43,9 @@ impl Counters {
     }
     pub fn add_intra_l0_compaction(&self) {
         self.intra_l0_compactions.fetch_add(1, Ordering::Relaxed);
+    }
+    pub fn add_hot_blocks_rewarmed(&self, n: u64) {
+        self.hot_blocks_rewarmed.fetch_add(n, Ordering::Relaxed);
     }
     pub fn add_subcompactions(&self, n: u64) {
         self.subcompactions.fetch_add(n, Ordering::Relaxed);
@@ -111,6 +115,9 @@ pub struct Stats {
     /// Compactions that merged level-0 tables into one level-0 table while level 0 could
     /// not compact into the level below (counted in `compactions` too).
     pub intra_l0_compactions: u64,
+    /// Data blocks compactions read into the block cache on install because the entries in
+    /// them came from blocks the cache held as hot ([`crate::Options::rewarm_hot_blocks`]).
+    pub hot_blocks_rewarmed: u64,
     /// Time writers spent stalled, in microseconds: the two below, and waiting for a flush
     /// with `max_immutable_memtables` memtables full.
     pub stall_micros: u64,
@@ -176,6 +183,7 @@ pub(crate) fn collect(inner: &DbInner) -> Stats {
         compactions: g(&c.compactions),
         subcompactions: g(&c.subcompactions),
         intra_l0_compactions: g(&c.intra_l0_compactions),
+        hot_blocks_rewarmed: g(&c.hot_blocks_rewarmed),
         stall_micros: g(&c.stall_micros),
         stall_slowdown_micros: g(&c.stall_slowdown_micros),
         stall_stop_micros: g(&c.stall_stop_micros),

@@ -155,8 +155,9 @@ impl TableReader {
     /// cached already: the blocks a compaction wrote with entries it read from hot blocks
     /// ([`crate::iter::InternalIterator::in_hot_block`]), read when the compaction is
     /// installed and the hot blocks of its inputs leave the cache. The reads are the
-    /// compaction's, not readers', so the pacer does not count them.
-    pub(crate) fn warm_hot_blocks(&self, numbers: &[usize]) -> Result<()> {
+    /// compaction's, not readers', so the pacer does not count them. Returns the blocks read.
+    pub(crate) fn warm_hot_blocks(&self, numbers: &[usize]) -> Result<u64> {
+        let mut read = 0;
         let mut wanted = numbers.iter().copied().peekable();
         let mut index = self.index.iter();
         index.seek_to_first()?;
@@ -168,11 +169,12 @@ impl TableReader {
                 let h = index.handle()?;
                 if !self.blocks.holds(number, h.offset) {
                     self.blocks.insert_hot(number, Arc::new(self.read_data_block_noting(h, false)?));
+                    read += 1;
                 }
             }
             index.next()?;
         }
-        Ok(())
+        Ok(read)
     }
 
     /// Drops this table's data blocks from the block cache (its file is being deleted).
@@ -836,7 +838,8 @@ mod tests {
         let mut expected: Vec<usize> = hot
             .iter()
             .map(|&i| {
-                let mut it = t.iter();
+                // (A sequential iterator, so the cache stays empty.)
+                let mut it = t.sequential_iter();
                 it.seek(&model[i].0).unwrap();
                 it.data_number
             })
@@ -845,7 +848,8 @@ mod tests {
         assert_eq!(info.hot_blocks, expected);
         assert_eq!(expected.len(), 4, "keys 5 and 6 lie in two blocks: {expected:?}");
 
-        t.warm_hot_blocks(&info.hot_blocks).unwrap();
+        assert_eq!(t.warm_hot_blocks(&info.hot_blocks).unwrap(), 4);
+        assert_eq!(t.warm_hot_blocks(&info.hot_blocks).unwrap(), 0, "cached blocks are not read again");
         let cached: Vec<usize> = (0..1000).filter(|&i| t.blocks.peek(i).is_some()).collect();
         assert_eq!(cached, expected);
         assert!(expected.iter().all(|&i| t.blocks.is_hot(i)), "warmed blocks go to the main part");

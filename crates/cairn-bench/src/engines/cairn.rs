@@ -40,6 +40,8 @@ impl CairnEngine {
             sync_pacing: std::env::var("CAIRN_BENCH_SYNC_PACING").as_deref() != Ok("0"),
             // Same: CAIRN_BENCH_READ_PACING=0 turns pacing by device reads off.
             read_pacing: std::env::var("CAIRN_BENCH_READ_PACING").as_deref() != Ok("0"),
+            // Same: CAIRN_BENCH_REWARM=0 turns off reading hot blocks back after compactions.
+            rewarm_hot_blocks: std::env::var("CAIRN_BENCH_REWARM").as_deref() != Ok("0"),
             ..Options::default()
         };
         let settings = format!(
@@ -47,6 +49,7 @@ impl CairnEngine {
              {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread; compactions out of levels 1+ at nice +{}, out of level 0 at normal priority) + 1 flush thread, \
              compactions paced by sync latency while synced writes happen: {}, \
              and by the latency of reads from the device while they happen: {}, \
+             hot blocks read back into the cache after compactions: {}, \
              durability {} (WAL fsync per write, group-committed across writers)",
             s.memtable_mb,
             opts.max_immutable_memtables,
@@ -59,6 +62,7 @@ impl CairnEngine {
             opts.compaction_nice,
             if opts.sync_pacing { "yes" } else { "no" },
             if opts.read_pacing { "yes" } else { "no" },
+            if opts.rewarm_hot_blocks { "yes" } else { "no" },
             s.durability.as_str(),
         );
         let settings = if s.durability == Durability::Nosync {
@@ -155,7 +159,7 @@ impl Engine for CairnEngine {
         if std::env::var_os("CAIRN_BENCH_DEBUG").is_some() {
             let s = self.db.stats();
             eprintln!(
-                "DEBUG slowdown {} ms stop {} ms intra-L0 {} cache hits {} misses {} ({:.1}% hit) usage {} MiB stall {} ms compactions {} paced {} ms levels {:?}",
+                "DEBUG slowdown {} ms stop {} ms intra-L0 {} cache hits {} misses {} ({:.1}% hit) usage {} MiB stall {} ms compactions {} paced {} ms hot blocks rewarmed {} levels {:?}",
                 s.stall_slowdown_micros / 1000,
                 s.stall_stop_micros / 1000,
                 s.intra_l0_compactions,
@@ -166,6 +170,7 @@ impl Engine for CairnEngine {
                 s.stall_micros / 1000,
                 s.compactions,
                 s.compaction_paced_micros / 1000,
+                s.hot_blocks_rewarmed,
                 s.levels.iter().map(|l| (l.tables, l.bytes >> 20)).collect::<Vec<_>>()
             );
         }

@@ -277,10 +277,9 @@ fn new_tables_are_cached_as_they_are_written_and_deleted_tables_leave_the_cache(
 
 /// A database four times the cache, whose keys 0, 50, 100, ... are read again and again:
 /// returns the block-cache misses of reading those keys right after a compaction rewrote every
-/// table, and the compactions run.
-fn hot_key_misses_after_a_rewrite(prepopulate: bool) -> (u64, u64) {
-    let opts =
-        Options { block_cache_bytes: 256 << 10, prepopulate_block_cache: prepopulate, ..Options::small_for_tests() };
+/// table, the compactions run, and the blocks they read back into the cache.
+fn hot_key_misses_after_a_rewrite(rewarm: bool) -> (u64, u64, u64) {
+    let opts = Options { block_cache_bytes: 256 << 10, rewarm_hot_blocks: rewarm, ..Options::small_for_tests() };
     let db = Db::open_with_storage("/db", opts, Arc::new(MemStorage::new())).unwrap();
     let put = |i: u32, round: u64| {
         let mut b = WriteBatch::new();
@@ -310,15 +309,21 @@ fn hot_key_misses_after_a_rewrite(prepopulate: bool) -> (u64, u64) {
     for k in hot() {
         assert!(db.get(&k).unwrap().is_some());
     }
-    (db.stats().block_cache_misses - before.block_cache_misses, before.compactions - compactions)
+    let misses = db.stats().block_cache_misses - before.block_cache_misses;
+    (misses, before.compactions - compactions, before.hot_blocks_rewarmed)
 }
 
 #[test]
 fn a_compaction_puts_its_copy_of_hot_blocks_in_the_cache() {
-    let (misses, compactions) = hot_key_misses_after_a_rewrite(true);
+    let (misses, compactions, rewarmed) = hot_key_misses_after_a_rewrite(true);
     assert!(compactions > 0);
+    // At least the hot keys' 80 blocks (blocks read once whose slot was a ghost, evicted from
+    // probation since, are hot too), and no more than the cache holds: 256 KiB of blocks of
+    // three 300-byte values.
+    assert!((80..=280).contains(&rewarmed), "{rewarmed} blocks read back");
     assert_eq!(misses, 0, "the rewritten hot blocks were cached when the compaction was installed");
-    let (misses, _) = hot_key_misses_after_a_rewrite(false);
+    let (misses, _, rewarmed) = hot_key_misses_after_a_rewrite(false);
+    assert_eq!(rewarmed, 0);
     assert_eq!(misses, 80, "without it, every hot key's block is read from the file");
 }
 
