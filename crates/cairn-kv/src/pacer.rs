@@ -31,7 +31,10 @@
 //! few microseconds); their mean latency over [`READ_SAMPLE`] (at least [`READ_SAMPLE_MIN`]
 //! of them) drives a second controller of the same kind, and a compaction waits as long as the
 //! slower of the two asks. The same exemptions hold, so writers are never held by it for
-//! longer than level 0 and the frozen memtables allow.
+//! longer than level 0 and the frozen memtables allow; and while scans pay for level 0's
+//! tables, compactions out of level 0 do not wait for it (they are what speeds those scans up:
+//! after a bulk load left 13 tables in level 0, a compaction of them into the base level,
+//! paced by the reads, had not ended a minute later, and every scan merged all 13).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -402,8 +405,14 @@ impl Pacer {
             if urgent {
                 return true;
             }
+            // The read controller keeps compactions from slowing reads; while scans pay for
+            // level 0's tables, a compaction out of level 0 is what speeds them up, and the
+            // read controller lets it be (the sync controller does not: synced writers gain
+            // nothing from it).
+            let reads_paid_by_l0 =
+                level == 0 && reads_on && syncs.read_pressure(now, self.slow_reads.load(Ordering::Relaxed));
             let by_syncs = if syncs_on { syncs.delay(now, bytes) } else { Duration::ZERO };
-            let by_reads = if reads_on { reads.0.delay(now, bytes) } else { Duration::ZERO };
+            let by_reads = if reads_on && !reads_paid_by_l0 { reads.0.delay(now, bytes) } else { Duration::ZERO };
             by_syncs.max(by_reads)
         };
         let start = Instant::now();
@@ -653,6 +662,20 @@ mod tests {
         let t = Instant::now();
         assert!(p.pace(0, 256 << 20));
         assert!(t.elapsed() < Duration::from_secs(1));
+        p.set_urgent(false);
+        // Nor is level 0 while scans pay for its tables.
+        assert!(p.pace(0, CHUNK), "paced (and the slow reads' count marked)");
+        for _ in 0..100 {
+            p.note_slow_read();
+        }
+        reads.note(2 * MS);
+        std::thread::sleep(READ_WINDOW.max(READ_SAMPLE));
+        let t = Instant::now();
+        assert!(p.pace(0, 256 << 20));
+        assert!(t.elapsed() < Duration::from_secs(1), "not paced: {:?}", t.elapsed());
+        let t = Instant::now();
+        assert!(p.pace(3, CHUNK * 8));
+        assert!(t.elapsed() >= per_chunk * 2, "other levels still are: {:?}", t.elapsed());
         // Off: the same reads change nothing.
         let off = Pacer::new(true, false, reads.clone());
         assert!(!off.pace(3, CHUNK));
