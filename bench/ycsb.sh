@@ -35,6 +35,8 @@
 # its default (for experiments; the settings line shows the value used). CAIRN_BENCH_SYNC_PACING=0
 # turns off cairn's pacing of compactions by sync latency while synced writes happen (same);
 # CAIRN_BENCH_READ_PACING=0 its pacing by the latency of reads that wait for the device (same).
+# CAIRN_BENCH_REWARM=0 turns off cairn's reading back, after a compaction, of the blocks it
+# rewrote from hot blocks (same; CAIRN_BENCH_DEBUG=1 prints how many it read back).
 # CAIRN_BENCH_SLOW_US=N prints, after each run, every op of the run phase that took N microseconds
 # or more (any engine): its start in milliseconds into the run, its kind and its latency.
 set -euo pipefail
