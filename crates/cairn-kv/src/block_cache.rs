@@ -524,11 +524,26 @@ impl TableBlocks {
         })
     }
 
-    /// Caches `block` as block number `i` straight in the main part, skipping probation: for
-    /// the copy a compaction wrote of blocks readers come back to ([`TableBlocks::is_hot`]),
-    /// which replaces them when the compaction is installed.
+    /// Caches `block` as block number `i` straight in the main part with one use, skipping
+    /// probation: for the copy a compaction wrote of blocks readers come back to
+    /// ([`TableBlocks::is_hot`]), which replaces them when the compaction is installed (the
+    /// hand must not take the copy before the old block, which scans still holding the old
+    /// table may keep in the cache a while).
     pub fn insert_hot(&self, i: usize, block: Arc<Block>) {
         self.insert_as(i, block, true);
+    }
+
+    /// Moves block `i`, if cached on probation, to the main part with one use: the same, for a
+    /// copy already cached when it was written (which probation would evict unread).
+    pub fn promote(&self, i: usize) {
+        let Some(s) = self.state.get(i) else { return };
+        let v = s.load(Ordering::Relaxed);
+        if v & PLACE == SMALL
+            && s.compare_exchange(v, MAIN | 1, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+            && let Some(w) = self.blocks[i].load().as_ref().map(|b| weight(b))
+        {
+            self.cache.small_sub(w);
+        }
     }
 
     fn insert_as(&self, i: usize, block: Arc<Block>, main: bool) {
@@ -541,7 +556,13 @@ impl TableBlocks {
         let old = slot.swap(Some(block.clone()));
         let prev = self.state[i]
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
-                Some(if main || matches!(p & PLACE, GHOST | MAIN) { MAIN } else { SMALL })
+                Some(if main {
+                    MAIN | 1
+                } else if matches!(p & PLACE, GHOST | MAIN) {
+                    MAIN
+                } else {
+                    SMALL
+                })
             })
             .unwrap_or(EMPTY);
         cache.charge(w);
@@ -785,7 +806,11 @@ mod tests {
         assert!(t.is_hot(0));
         t.insert_hot(1, block(500));
         assert!(t.is_hot(1) && !t.is_hot(2));
-        assert_eq!(c.small.lock().len(), 1, "only the block inserted plainly is on probation");
+        t.insert(2, block(500));
+        t.promote(2);
+        assert!(t.is_hot(2), "promoted from probation");
+        assert_eq!(c.small_bytes.load(Ordering::Relaxed), weight(&block(500)), "only block 0 counts as probation");
+        assert_eq!(c.small.lock().len(), 2, "the blocks inserted plainly were queued for probation");
         // Flooding probation with blocks read once leaves the hot block alone, and the block
         // read again moves on to the main part.
         let u = c.open_table(2, 512);

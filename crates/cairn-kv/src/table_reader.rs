@@ -167,7 +167,9 @@ impl TableReader {
             if number == next {
                 wanted.next();
                 let h = index.handle()?;
-                if !self.blocks.holds(number, h.offset) {
+                if self.blocks.holds(number, h.offset) {
+                    self.blocks.promote(number);
+                } else {
                     self.blocks.insert_hot(number, Arc::new(self.read_data_block_noting(h, false)?));
                     read += 1;
                 }
