@@ -433,10 +433,10 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
 }
 
 /// Reads into the block cache the blocks of a compaction's new tables that hold entries it read
-/// from hot blocks of its inputs ([`crate::iter::InternalIterator::in_hot_block`]), now that
-/// those inputs' blocks have left the cache with their tables: a compaction through the hot
-/// keys of a database larger than the cache would otherwise cost readers a miss on every one
-/// of them. A block that fails to read is left to the read that needs it.
+/// from hot blocks of its inputs ([`crate::iter::InternalIterator::in_hot_block`]), as those
+/// inputs' blocks leave the cache with their tables (once no scan holds them): a compaction
+/// through the hot keys of a database larger than the cache would otherwise cost readers a
+/// miss on every one of them. A block that fails to read is left to the read that needs it.
 fn warm_hot_blocks(inner: &DbInner, hot: &crate::flush::HotBlocks) {
     for (no, blocks) in hot {
         if let Ok(Ok(n)) = inner.cleaner.table_cache.get(*no).map(|t| t.warm_hot_blocks(blocks)) {

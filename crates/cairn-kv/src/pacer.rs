@@ -388,6 +388,9 @@ impl Pacer {
             if !syncs_on && !reads_on {
                 return false;
             }
+            // Whether scans pay for level 0's tables (asked only for compactions out of it).
+            let scans_pay =
+                matches!(level, 0 | INTRA_L0) && syncs.read_pressure(now, self.slow_reads.load(Ordering::Relaxed));
             let urgent = match level {
                 0 => self.urgent.load(Ordering::Relaxed),
                 // Level-0 tables cost every scan a block read each: while scans pay for them,
@@ -396,10 +399,7 @@ impl Pacer {
                 // reads ask for compactions). The merge is bounded (`pick_intra_l0`); a
                 // compaction into the base level is not, and the sync controller still paces
                 // it (the read controller does not, below).
-                INTRA_L0 => {
-                    self.urgent.load(Ordering::Relaxed)
-                        || syncs.read_pressure(now, self.slow_reads.load(Ordering::Relaxed))
-                }
+                INTRA_L0 => self.urgent.load(Ordering::Relaxed) || scans_pay,
                 FLUSH => self.flush_urgent.load(Ordering::Relaxed),
                 _ => false,
             };
@@ -410,10 +410,9 @@ impl Pacer {
             // level 0's tables, a compaction out of level 0 is what speeds them up, and the
             // read controller lets it be (the sync controller does not: synced writers gain
             // nothing from it).
-            let reads_paid_by_l0 =
-                level == 0 && reads_on && syncs.read_pressure(now, self.slow_reads.load(Ordering::Relaxed));
             let by_syncs = if syncs_on { syncs.delay(now, bytes) } else { Duration::ZERO };
-            let by_reads = if reads_on && !reads_paid_by_l0 { reads.0.delay(now, bytes) } else { Duration::ZERO };
+            let by_reads =
+                if reads_on && !(level == 0 && scans_pay) { reads.0.delay(now, bytes) } else { Duration::ZERO };
             by_syncs.max(by_reads)
         };
         let start = Instant::now();
