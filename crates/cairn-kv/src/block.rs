@@ -192,7 +192,14 @@ impl RestartPrefixes {
         }
         let want = prefix_after(user_key, self.common.len());
         let lo = self.prefixes.partition_point(|&p| p < want);
-        let hi = lo + self.prefixes[lo..].partition_point(|&p| p == want);
+        // Equal prefixes are few (keys differing only past the eight bytes): count them from
+        // `lo` rather than binary-search the rest of the array, which would cost a cache miss
+        // per probe for the one or two lines the answer lies in.
+        let rest = &self.prefixes[lo..];
+        let mut hi = lo + rest.iter().take(8).take_while(|&&p| p == want).count();
+        if hi == lo + 8 {
+            hi = lo + rest.partition_point(|&p| p == want);
+        }
         (lo, hi)
     }
 }
@@ -231,6 +238,10 @@ pub struct BlockIter<B: Deref<Target = Block> = Arc<Block>> {
     next_offset: usize,
     /// Index of the restart interval holding the current entry.
     restart_index: usize,
+    /// Where that interval starts and ends (the next restart point, or the end of the
+    /// entries), so that a step checks an entry against them without reading the restart array.
+    interval_start: usize,
+    interval_end: usize,
     key: Vec<u8>,
     value_start: usize,
     value_end: usize,
@@ -240,7 +251,8 @@ pub struct BlockIter<B: Deref<Target = Block> = Arc<Block>> {
 impl<B: Deref<Target = Block>> BlockIter<B> {
     /// An unpositioned iterator over `block`.
     pub fn new(block: B) -> Self {
-        Self::with_key_buffer(block, Vec::new())
+        // Room for most keys: a scan's first steps do not grow the buffer.
+        Self::with_key_buffer(block, Vec::with_capacity(64))
     }
 
     /// An unpositioned iterator over `block` that builds keys in `key` (its contents do not
@@ -254,6 +266,8 @@ impl<B: Deref<Target = Block>> BlockIter<B> {
             current: end,
             next_offset: end,
             restart_index: 0,
+            interval_start: end,
+            interval_end: end,
             key,
             value_start: 0,
             value_end: 0,
@@ -309,6 +323,8 @@ impl<B: Deref<Target = Block>> BlockIter<B> {
         self.current = self.block.restarts_offset;
         self.next_offset = self.current;
         self.restart_index = self.block.num_restarts;
+        self.interval_start = self.current;
+        self.interval_end = self.current;
     }
 
     fn corrupt(&mut self, at: usize, reason: &str) -> Error {
@@ -317,8 +333,34 @@ impl<B: Deref<Target = Block>> BlockIter<B> {
         Error::corruption(&self.block.path, self.block.offset, reason)
     }
 
+    #[inline]
     fn decode_entry(&self, pos: usize) -> Option<Entry> {
         let limit = self.block.restarts_offset;
+        // Nearly every entry has one-byte key lengths and a value length of one or two bytes
+        // (below 16 KiB): decoded here with one bounds check; the rest take the general path.
+        if let Some(&[shared, unshared, v0, v1]) =
+            self.block.data.get(pos..pos + 4).and_then(|b| <&[u8; 4]>::try_from(b).ok())
+            && shared < 0x80
+            && unshared < 0x80
+            && (v0 < 0x80 || v1 < 0x80)
+        {
+            let (value_len, header) =
+                if v0 < 0x80 { (v0 as usize, 3) } else { ((v0 & 0x7F) as usize | (v1 as usize) << 7, 4) };
+            let key_start = pos + header;
+            let end = key_start + unshared as usize + value_len;
+            return (end <= limit).then_some(Entry {
+                shared: shared as usize,
+                unshared: unshared as usize,
+                key_start,
+                value_len,
+                end,
+            });
+        }
+        self.decode_entry_long(pos, limit)
+    }
+
+    #[cold]
+    fn decode_entry_long(&self, pos: usize, limit: usize) -> Option<Entry> {
         let mut r = Reader::new(self.block.data.get(pos..limit)?);
         let shared = r.varint_len(usize::MAX)?;
         let unshared = r.varint_len(limit)?;
@@ -376,7 +418,14 @@ impl<B: Deref<Target = Block>> BlockIter<B> {
         self.restart_index = i;
         self.current = self.block.restart_point(i);
         self.next_offset = self.current;
+        self.interval_start = self.current;
+        self.interval_end = self.interval_end_of(i);
         self.valid = false;
+    }
+
+    /// Where restart interval `i` ends: the next restart point, or the end of the entries.
+    fn interval_end_of(&self, i: usize) -> usize {
+        if i + 1 < self.block.num_restarts { self.block.restart_point(i + 1) } else { self.block.restarts_offset }
     }
 
     /// Decodes the entry at `next_offset`; `Ok(false)` at the end of the block.
@@ -390,19 +439,21 @@ impl<B: Deref<Target = Block>> BlockIter<B> {
         let Some(e) = self.decode_entry(pos) else {
             return Err(self.corrupt(pos, "truncated entry"));
         };
-        while self.restart_index + 1 < self.block.num_restarts
-            && self.block.restart_point(self.restart_index + 1) <= pos
-        {
+        // Entries never overlap a restart point (checked below for each), so an entry starts
+        // inside the current interval or exactly where the next one starts (`pos` is below
+        // the end of the entries, so there is a next one then).
+        if pos == self.interval_end {
             self.restart_index += 1;
+            self.interval_start = pos;
+            self.interval_end = self.interval_end_of(self.restart_index);
         }
         if e.shared > self.key.len() {
             return Err(self.corrupt(pos, "entry shares more bytes than the previous key has"));
         }
-        if self.block.restart_point(self.restart_index) == pos && e.shared != 0 {
+        if pos == self.interval_start && e.shared != 0 {
             return Err(self.corrupt(pos, "restart entry shares a prefix"));
         }
-        let next_restart = self.restart_index + 1;
-        if next_restart < self.block.num_restarts && e.end > self.block.restart_point(next_restart) {
+        if e.end > self.interval_end {
             return Err(self.corrupt(pos, "entry overlaps a restart point"));
         }
         self.key.truncate(e.shared);
@@ -427,6 +478,7 @@ impl<B: Deref<Target = Block>> BlockIter<B> {
 }
 
 impl<B: Deref<Target = Block> + Send> InternalIterator for BlockIter<B> {
+    #[inline]
     fn valid(&self) -> bool {
         self.valid
     }
@@ -487,10 +539,12 @@ impl<B: Deref<Target = Block> + Send> InternalIterator for BlockIter<B> {
         Ok(())
     }
 
+    #[inline]
     fn key(&self) -> &[u8] {
         &self.key
     }
 
+    #[inline]
     fn value(&self) -> &[u8] {
         &self.block.data[self.value_start..self.value_end]
     }

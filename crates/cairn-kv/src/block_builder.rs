@@ -289,6 +289,39 @@ mod tests {
             }
         }
 
+        /// Runs of more restart keys with equal prefixes than the seek counts one by one (keys
+        /// alike in their first eight bytes past the common stem, and many versions of one
+        /// key): a seek to each key, and between keys, lands where the model says.
+        #[test]
+        fn seek_with_long_runs_of_equal_prefixes() {
+            let mut raw = Vec::new();
+            for i in 0..30u8 {
+                for j in 0..3u8 {
+                    raw.push(([b"stem/same8byt".as_slice(), &[b'a' + i, j]].concat(), 1, true, vec![i]));
+                }
+            }
+            for seq in 1..20 {
+                raw.push((b"stem/same8byt~".to_vec(), seq, true, Vec::new()));
+            }
+            raw.push((b"stem/zzz".to_vec(), 1, true, Vec::new()));
+            let entries = sorted_entries(raw);
+            for interval in 1..4 {
+                let block = build(&entries, interval);
+                let prefixes = RestartPrefixes::new(&block).expect("a sound block has prefixes");
+                let mut it = BlockIter::new(&*block);
+                for (k, _) in &entries {
+                    let uk = key::user_key(k);
+                    for t in
+                        [k.clone(), key::internal_key(uk, 0, 0), [uk, b"\x00"].concat(), key::internal_key(uk, 30, 1)]
+                    {
+                        let pos = entries.partition_point(|e| compare_internal(&e.0, &t) == Ordering::Less);
+                        it.seek_with(&prefixes, &t).unwrap();
+                        assert_eq!(at(&it), entries.get(pos).cloned(), "interval {interval} target {t:?}");
+                    }
+                }
+            }
+        }
+
         /// Runs every operation over arbitrary bytes; only errors are allowed, not panics.
         pub(crate) fn exercise(data: Vec<u8>) {
             let Ok(block) = Block::new(Bytes::from(data), Arc::from(Path::new("x")), 5).map(Arc::new) else {

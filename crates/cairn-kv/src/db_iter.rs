@@ -48,6 +48,7 @@ impl PrepareSeek for Source {
 }
 
 impl InternalIterator for Source {
+    #[inline]
     fn valid(&self) -> bool {
         each_source!(self, it => it.valid())
     }
@@ -69,9 +70,11 @@ impl InternalIterator for Source {
     fn prev(&mut self) -> Result<()> {
         each_source!(self, it => it.prev())
     }
+    #[inline]
     fn key(&self) -> &[u8] {
         each_source!(self, it => it.key())
     }
+    #[inline]
     fn value(&self) -> &[u8] {
         each_source!(self, it => it.value())
     }
@@ -127,22 +130,36 @@ impl Shared {
         Ok(MergingIterator::new(children))
     }
 
+    #[inline]
     fn deleted(&self, user_key: &[u8], seq: SeqNo) -> bool {
         self.tombstones.as_ref().and_then(|t| t.max_covering(user_key, self.seq)).is_some_and(|t| t > seq)
     }
 
+    #[inline]
     fn above_upper(&self, k: &[u8]) -> bool {
         match &self.upper {
-            Bound::Included(u) => k > u.as_slice(),
-            Bound::Excluded(u) => k >= u.as_slice(),
+            Bound::Included(u) => key::compare_bytes(k, u).is_gt(),
+            Bound::Excluded(u) => key::compare_bytes(k, u).is_ge(),
             Bound::Unbounded => false,
         }
     }
 
+    /// Whether `k` is below the lower bound. Keys come in order going forward, so once one is
+    /// not, none after it is: `past` remembers that, and spares the comparison from then on.
+    #[inline]
+    fn below_lower_fwd(&self, k: &[u8], past: &mut bool) -> bool {
+        if *past {
+            return false;
+        }
+        let below = self.below_lower(k);
+        *past = !below;
+        below
+    }
+
     fn below_lower(&self, k: &[u8]) -> bool {
         match &self.lower {
-            Bound::Included(l) => k < l.as_slice(),
-            Bound::Excluded(l) => k <= l.as_slice(),
+            Bound::Included(l) => key::compare_bytes(k, l).is_lt(),
+            Bound::Excluded(l) => key::compare_bytes(k, l).is_le(),
             Bound::Unbounded => false,
         }
     }
@@ -168,6 +185,8 @@ pub struct Iter {
     /// Last key returned from each end; the ends stop when they meet.
     front_key: Option<Bytes>,
     back_key: Option<Bytes>,
+    /// The front has met a key at or above the lower bound.
+    front_past_lower: bool,
     done: bool,
 }
 
@@ -205,7 +224,7 @@ impl Iter {
             Some(FragmentedTombstones::new(&all))
         };
         let shared = Arc::new(Shared { inner: inner.clone(), sv, seq, lower, upper, tombstones });
-        Iter { shared, front: None, back: None, front_key: None, back_key: None, done: false }
+        Iter { shared, front: None, back: None, front_key: None, back_key: None, front_past_lower: false, done: false }
     }
 
     /// The merged iterator the front walks with, positioned at the lower bound on first use.
@@ -223,13 +242,20 @@ impl Iter {
 
     fn step_front(&mut self) -> Result<Option<KvPair>> {
         let sh = self.shared.clone();
+        let mut past_lower = self.front_past_lower;
+        let found = self.step_front_from(&sh, &mut past_lower);
+        self.front_past_lower = past_lower;
+        found
+    }
+
+    fn step_front_from(&mut self, sh: &Shared, past_lower: &mut bool) -> Result<Option<KvPair>> {
         let m = self.front()?;
         while m.valid() {
             let p = key::parse_internal_key(m.key()).ok_or_else(|| corrupt(m.key()))?;
             if sh.above_upper(p.user_key) {
                 return Ok(None);
             }
-            if p.seq > sh.seq || sh.below_lower(p.user_key) {
+            if p.seq > sh.seq || sh.below_lower_fwd(p.user_key, past_lower) {
                 m.next()?;
                 continue;
             }
@@ -238,7 +264,7 @@ impl Iter {
             let (seq, kind) = (p.seq, p.kind);
             let value = m.value_bytes();
             m.next()?;
-            while m.valid() && key::user_key(m.key()) == uk.as_ref() {
+            while m.valid() && key::eq_bytes(key::user_key(m.key()), &uk) {
                 m.next()?;
             }
             if kind == ValueKind::Put && !sh.deleted(&uk, seq) {
@@ -261,27 +287,39 @@ impl Iter {
         }
         let sh = self.shared.clone();
         let back_key = self.back_key.clone();
+        let mut past_lower = self.front_past_lower;
         let m = self.front()?;
-        let mut uk = Vec::new();
+        // The user key whose newest visible version was last met, while its older versions
+        // may follow.
+        let mut uk = Vec::with_capacity(64);
+        let mut skipping = false;
         while m.valid() {
-            let p = key::parse_internal_key(m.key()).ok_or_else(|| corrupt(m.key()))?;
-            if sh.above_upper(p.user_key) || back_key.as_ref().is_some_and(|b| p.user_key >= b.as_ref()) {
+            let k = m.key();
+            let p = key::parse_internal_key(k).ok_or_else(|| corrupt(k))?;
+            if skipping {
+                if key::eq_bytes(p.user_key, &uk) {
+                    m.next()?;
+                    continue;
+                }
+                skipping = false;
+            }
+            if sh.above_upper(p.user_key)
+                || back_key.as_ref().is_some_and(|b| key::compare_bytes(p.user_key, b).is_ge())
+            {
                 break;
             }
-            if p.seq > sh.seq || sh.below_lower(p.user_key) {
+            if p.seq > sh.seq || sh.below_lower_fwd(p.user_key, &mut past_lower) {
                 m.next()?;
                 continue;
             }
             // The newest visible version of this key; its older versions are skipped after.
             uk.clear();
             uk.extend_from_slice(p.user_key);
-            if p.kind == ValueKind::Put && !sh.deleted(&uk, p.seq) && !f(&uk, m.value())? {
+            skipping = true;
+            if p.kind == ValueKind::Put && !sh.deleted(p.user_key, p.seq) && !f(p.user_key, m.value())? {
                 return Ok(());
             }
             m.next()?;
-            while m.valid() && key::user_key(m.key()) == uk.as_slice() {
-                m.next()?;
-            }
         }
         Ok(())
     }

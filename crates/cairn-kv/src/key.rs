@@ -142,12 +142,52 @@ pub(crate) fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
         }
         i += 8;
     }
-    a[i..].cmp(&b[i..])
+    if i < n {
+        if n >= 8 {
+            // The last eight bytes both share, overlapping bytes already found equal: their
+            // first difference, if any, is the slices' first.
+            let x = u64::from_be_bytes(a[n - 8..n].try_into().unwrap_or_default());
+            let y = u64::from_be_bytes(b[n - 8..n].try_into().unwrap_or_default());
+            if x != y {
+                return x.cmp(&y);
+            }
+        } else {
+            for j in i..n {
+                if a[j] != b[j] {
+                    return a[j].cmp(&b[j]);
+                }
+            }
+        }
+    }
+    a.len().cmp(&b.len())
+}
+
+/// Whether two byte strings are equal, compared as [`compare_bytes`] compares them (without a
+/// call into `memcmp` for short keys).
+#[inline]
+pub(crate) fn eq_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && compare_bytes(a, b) == Ordering::Equal
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Strings of every length around the eight-byte steps, mostly sharing long prefixes,
+        /// compare and test equal as slices do.
+        #[test]
+        fn compare_bytes_matches_slices(
+            stem in proptest::collection::vec(0u8..3, 0..20),
+            a in proptest::collection::vec(0u8..3, 0..20),
+            b in proptest::collection::vec(0u8..3, 0..20),
+        ) {
+            let (a, b) = ([&stem[..], &a].concat(), [&stem[..], &b].concat());
+            proptest::prop_assert_eq!(compare_bytes(&a, &b), a.cmp(&b));
+            proptest::prop_assert_eq!(eq_bytes(&a, &b), a == b);
+            proptest::prop_assert!(eq_bytes(&a, &a.clone()));
+        }
+    }
 
     #[test]
     fn compare_bytes_matches_slice_order() {

@@ -212,6 +212,7 @@ impl MemtableIter {
 impl crate::iter::PrepareSeek for MemtableIter {}
 
 impl InternalIterator for MemtableIter {
+    #[inline]
     fn valid(&self) -> bool {
         self.cursor.valid()
     }
@@ -239,9 +240,11 @@ impl InternalIterator for MemtableIter {
         self.cursor.prev();
         Ok(())
     }
+    #[inline]
     fn key(&self) -> &[u8] {
         self.cursor.key()
     }
+    #[inline]
     fn value(&self) -> &[u8] {
         self.cursor.value()
     }

@@ -13,15 +13,20 @@ use crate::version::{TableFile, Version};
 
 /// A merge of several internal iterators. Internal keys are unique across children.
 ///
-/// Forward, the valid children form a min-heap by key: a step advances the top child and sifts
-/// it down, usually two comparisons when one child (the largest level) supplies a run of keys.
-/// Backward steps pick the largest child by a linear scan.
+/// Forward, the valid children form a min-heap by key: a step advances the top child and
+/// compares it with the smaller of the top's two children in the heap, which the iterator
+/// remembers while they stay where they are, so a step that leaves the top child on top (one
+/// child supplying a run of keys) costs one comparison. Backward steps pick the largest child
+/// by a linear scan.
 pub(crate) struct MergingIterator<C: InternalIterator = Box<dyn InternalIterator>> {
     children: Vec<C>,
     current: Option<usize>,
     forward: bool,
     /// While `forward`: indices of the valid children, a min-heap by key (`heap[0]` is current).
     heap: Vec<usize>,
+    /// Which of `heap[1]` and `heap[2]` holds the smaller key, if known (they have not moved
+    /// since it was found).
+    runner_up: Option<usize>,
     /// Reused by each seek: the blocks its children will read from files.
     reads: Vec<PendingRead>,
 }
@@ -29,7 +34,7 @@ pub(crate) struct MergingIterator<C: InternalIterator = Box<dyn InternalIterator
 impl<C: InternalIterator> MergingIterator<C> {
     pub fn new(children: Vec<C>) -> Self {
         let heap = Vec::with_capacity(children.len());
-        MergingIterator { children, current: None, forward: true, heap, reads: Vec::new() }
+        MergingIterator { children, current: None, forward: true, heap, runner_up: None, reads: Vec::new() }
     }
 
     /// Backward: the child with the largest key.
@@ -76,7 +81,29 @@ impl<C: InternalIterator> MergingIterator<C> {
         for i in (0..self.heap.len() / 2).rev() {
             self.sift_down(i);
         }
+        self.runner_up = None;
         self.current = self.heap.first().copied();
+    }
+
+    /// Forward, after the top child stepped: restores the heap.
+    fn fix_top(&mut self) {
+        let n = self.heap.len();
+        if n < 2 {
+            return;
+        }
+        let s = match self.runner_up {
+            Some(s) => s,
+            None => {
+                let s = if n > 2 && self.less(self.heap[2], self.heap[1]) { 2 } else { 1 };
+                self.runner_up = Some(s);
+                s
+            }
+        };
+        if self.less(self.heap[s], self.heap[0]) {
+            self.heap.swap(0, s);
+            self.sift_down(s);
+            self.runner_up = None;
+        }
     }
 
     fn cur(&mut self) -> &mut C {
@@ -86,6 +113,7 @@ impl<C: InternalIterator> MergingIterator<C> {
 }
 
 impl<C: InternalIterator + PrepareSeek> InternalIterator for MergingIterator<C> {
+    #[inline]
     fn valid(&self) -> bool {
         self.current.is_some()
     }
@@ -156,10 +184,13 @@ impl<C: InternalIterator + PrepareSeek> InternalIterator for MergingIterator<C> 
             return Ok(());
         }
         self.cur().next()?;
-        if !self.children[cur].valid() {
+        if self.children[cur].valid() {
+            self.fix_top();
+        } else {
             self.heap.swap_remove(0);
+            self.sift_down(0);
+            self.runner_up = None;
         }
-        self.sift_down(0);
         self.current = self.heap.first().copied();
         Ok(())
     }
@@ -181,9 +212,11 @@ impl<C: InternalIterator + PrepareSeek> InternalIterator for MergingIterator<C> 
         self.pick_largest();
         Ok(())
     }
+    #[inline]
     fn key(&self) -> &[u8] {
         self.current.map(|i| self.children[i].key()).unwrap_or_default()
     }
+    #[inline]
     fn value(&self) -> &[u8] {
         self.current.map(|i| self.children[i].value()).unwrap_or_default()
     }
@@ -300,6 +333,7 @@ impl PrepareSeek for LevelIter {
 }
 
 impl InternalIterator for LevelIter {
+    #[inline]
     fn valid(&self) -> bool {
         self.cur.as_ref().is_some_and(|c| c.valid())
     }
@@ -357,9 +391,11 @@ impl InternalIterator for LevelIter {
         }
         self.skip_backward()
     }
+    #[inline]
     fn key(&self) -> &[u8] {
         self.cur.as_ref().map(|c| c.key()).unwrap_or_default()
     }
+    #[inline]
     fn value(&self) -> &[u8] {
         self.cur.as_ref().map(|c| c.value()).unwrap_or_default()
     }

@@ -485,6 +485,12 @@ impl TableIter {
             return Ok(());
         }
         let h = self.index.handle()?;
+        self.enter_block(h)
+    }
+
+    /// Points `data` at the block at `h`, the one the index stands on (keeping it if already
+    /// there).
+    fn enter_block(&mut self, h: BlockHandle) -> Result<()> {
         if self.data.is_none() || self.data_offset != h.offset {
             let number = self.index.restart_index();
             let ahead = self.ahead.take().and_then(|(offset, b)| b.filter(|_| offset == h.offset));
@@ -529,20 +535,18 @@ impl TableIter {
     /// RocksDB's iterators read ahead. A scan of a few blocks so reads them in one or two
     /// device requests instead of one per block; a short one asks for at most 16 KiB more than
     /// it uses.
-    fn advise_ahead(&mut self) -> Result<()> {
-        if self.readahead.is_some() || !self.index.valid() {
-            return Ok(());
+    fn advise_ahead(&mut self, h: BlockHandle) {
+        if self.readahead.is_some() {
+            return;
         }
-        let h = self.index.handle()?;
-        let Some(end) = block_end(h) else { return Ok(()) };
+        let Some(end) = block_end(h) else { return };
         if end <= self.advised_end || self.table.blocks.holds(self.index.restart_index(), h.offset) {
-            return Ok(());
+            return;
         }
         let until = self.advice_end(h.offset, end, self.advise_window);
         self.table.file.will_need(h.offset, until.saturating_sub(h.offset));
         self.advised_end = until;
         self.advise_window = (self.advise_window * 2).min(MAX_ADVICE);
-        Ok(())
     }
 
     /// Where a request for `window` bytes from a block at `offset` (ending at `end`) ends: past
@@ -558,8 +562,16 @@ impl TableIter {
                 return Ok(());
             }
             self.index.next()?;
-            self.advise_ahead()?;
-            self.init_data_block()?;
+            if !self.index.valid() {
+                self.data = None;
+                return Ok(());
+            }
+            let h = self.index.handle()?;
+            // A block found cached by `look_ahead` needs no advice.
+            if !matches!(self.ahead, Some((offset, Some(_))) if offset == h.offset) {
+                self.advise_ahead(h);
+            }
+            self.enter_block(h)?;
             if let Some(d) = &mut self.data {
                 d.seek_to_first()?;
             }
@@ -594,6 +606,7 @@ impl TableIter {
 }
 
 impl InternalIterator for TableIter {
+    #[inline]
     fn valid(&self) -> bool {
         self.data_valid()
     }
@@ -680,10 +693,12 @@ impl InternalIterator for TableIter {
         })
     }
 
+    #[inline]
     fn key(&self) -> &[u8] {
         self.data.as_ref().map_or(&[], |d| d.key())
     }
 
+    #[inline]
     fn value(&self) -> &[u8] {
         self.data.as_ref().map_or(&[], |d| d.value())
     }
@@ -719,10 +734,14 @@ impl PrepareSeek for TableIter {
         if self.index.valid() {
             let h = self.index.handle()?;
             let held = self.data.is_some() && self.data_offset == h.offset;
-            if !held
-                && !self.table.blocks.holds(self.index.restart_index(), h.offset)
-                && let Some(end) = block_end(h)
-            {
+            if held {
+                return Ok(());
+            }
+            // A cached block is taken now, for the seek to use without a second lookup.
+            let cached = self.table.blocks.peek(self.index.restart_index()).filter(|b| b.offset() == h.offset);
+            if cached.is_some() {
+                self.ahead = Some((h.offset, cached));
+            } else if let Some(end) = block_end(h) {
                 let until = if self.seek_ahead {
                     // What is asked for here counts as read ahead: stepping into those blocks
                     // asks for nothing more, and the next request doubles.
