@@ -64,6 +64,7 @@ impl InternalIterator for Source {
     fn seek_for_prev(&mut self, target: &[u8]) -> Result<()> {
         each_source!(self, it => it.seek_for_prev(target))
     }
+    #[inline]
     fn next(&mut self) -> Result<()> {
         each_source!(self, it => it.next())
     }

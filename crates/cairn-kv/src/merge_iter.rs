@@ -379,9 +379,13 @@ impl InternalIterator for LevelIter {
         }
         self.skip_backward()
     }
+    #[inline]
     fn next(&mut self) -> Result<()> {
         if let Some(c) = self.cur.as_mut() {
             c.next()?;
+            if c.valid() {
+                return Ok(());
+            }
         }
         self.skip_forward()
     }

@@ -507,6 +507,10 @@ impl TableIter {
                 None => self.data = Some(BlockIter::new(block)),
             }
             self.data_hot = self.readahead.is_some() && self.table.blocks.is_hot(number);
+            if self.readahead.is_none() {
+                // A forward scan takes the next block after a few steps (`look_ahead`).
+                self.table.blocks.prefetch(number + 1);
+            }
             self.data_number = number;
             self.data_offset = h.offset;
             self.data_limit = block_end(h).unwrap_or(u64::MAX);
@@ -553,6 +557,12 @@ impl TableIter {
     /// the block, within the table's data.
     fn advice_end(&self, offset: u64, end: u64, window: u64) -> u64 {
         offset.saturating_add(window).max(end).min(self.table.data_end.max(end))
+    }
+
+    /// [`InternalIterator::next`] after a step left the data block: on into the next one.
+    #[cold]
+    fn step_out(&mut self) -> Result<()> {
+        self.step(|s| s.skip_forward())
     }
 
     fn skip_forward(&mut self) -> Result<()> {
@@ -672,16 +682,23 @@ impl InternalIterator for TableIter {
         })
     }
 
+    #[inline]
     fn next(&mut self) -> Result<()> {
-        self.step(|s| {
-            if let Some(d) = &mut s.data {
-                d.next()?;
-                if d.valid() && d.in_last_interval() {
-                    s.look_ahead();
-                }
+        self.prepared = false;
+        // A step inside the block is done here; a step out of it takes `step_out`.
+        if let Some(d) = &mut self.data {
+            if let Err(e) = d.next() {
+                self.data = None;
+                return Err(e);
             }
-            s.skip_forward()
-        })
+            if d.valid() {
+                if d.in_last_interval() {
+                    self.look_ahead();
+                }
+                return Ok(());
+            }
+        }
+        self.step_out()
     }
 
     fn prev(&mut self) -> Result<()> {
@@ -737,11 +754,11 @@ impl PrepareSeek for TableIter {
             if held {
                 return Ok(());
             }
-            // A cached block is taken now, for the seek to use without a second lookup.
-            let cached = self.table.blocks.peek(self.index.restart_index()).filter(|b| b.offset() == h.offset);
-            if cached.is_some() {
-                self.ahead = Some((h.offset, cached));
-            } else if let Some(end) = block_end(h) {
+            // A cached block's header starts loading now, while the other tables prepare,
+            // for the seek to take it without waiting.
+            if !self.table.blocks.prefetch(self.index.restart_index())
+                && let Some(end) = block_end(h)
+            {
                 let until = if self.seek_ahead {
                     // What is asked for here counts as read ahead: stepping into those blocks
                     // asks for nothing more, and the next request doubles.
