@@ -322,6 +322,49 @@ mod tests {
             }
         }
 
+        /// A forward walk over `data` (a block), to the end or the first error.
+        fn walk(data: Vec<u8>) -> Result<usize, crate::Error> {
+            let block = Arc::new(Block::new(Bytes::from(data), Arc::from(Path::new("x")), 0)?);
+            let mut it = block.iter();
+            let mut n = 0;
+            it.seek_to_first()?;
+            while it.valid() {
+                n += 1;
+                it.next()?;
+            }
+            Ok(n)
+        }
+
+        /// Each check a step makes on an entry against the entry before it and against the
+        /// restart points reports a corruption naming it: a block whose second entry shares
+        /// more bytes than the first key has, whose second entry runs over the next restart
+        /// point, and whose entry at a restart point shares a prefix.
+        #[test]
+        fn damaged_entries_are_reported() {
+            // Ten keys of 14 bytes with 3-byte values, a restart every two entries: entry 0
+            // is 20 bytes (3 header bytes), entry 1 shares 5 bytes, and entry 2 starts restart
+            // interval 1.
+            let entries: Vec<_> =
+                (0..10).map(|i| (key::internal_key(format!("key{i:03}").as_bytes(), 1, 1), b"val".to_vec())).collect();
+            let good = build(&entries, 2).data().to_vec();
+            assert_eq!(walk(good.clone()).unwrap(), 10);
+            let count = u32::from_le_bytes(good[good.len() - 4..].try_into().unwrap()) as usize;
+            let restarts = good.len() - 4 - 4 * count;
+            let restart1 = u32::from_le_bytes(good[restarts + 4..restarts + 8].try_into().unwrap()) as usize;
+            assert_eq!((good[0], good[20], restart1), (0, 5, 35), "layout the cases below rely on");
+            let cases: [(usize, u8, &str); 3] = [
+                (20, 100, "shares more bytes than the previous key has"),
+                (22, 4, "overlaps a restart point"),
+                (restart1, 1, "restart entry shares a prefix"),
+            ];
+            for (at, byte, reason) in cases {
+                let mut bad = good.clone();
+                bad[at] = byte;
+                let e = walk(bad).expect_err(reason);
+                assert!(e.is_corruption() && e.to_string().contains(reason), "{reason}: {e}");
+            }
+        }
+
         /// Runs every operation over arbitrary bytes; only errors are allowed, not panics.
         pub(crate) fn exercise(data: Vec<u8>) {
             let Ok(block) = Block::new(Bytes::from(data), Arc::from(Path::new("x")), 5).map(Arc::new) else {

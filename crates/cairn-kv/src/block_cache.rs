@@ -504,7 +504,8 @@ impl TableBlocks {
     }
 
     /// Starts loading block `i`'s header (its reference count and fields) into the CPU cache
-    /// if the block is cached, without taking a reference; whether it is. Taking the block
+    /// if the slot holds a block, normally without touching its reference count; whether it
+    /// does. Taking the block
     /// later ([`TableBlocks::peek`], [`TableBlocks::get`]) increments that count, an atomic
     /// write that waits for the line and holds up everything after it; asked for early, the
     /// line is there by then, and several tables' lines load at once instead of one after

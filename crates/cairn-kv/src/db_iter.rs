@@ -186,7 +186,7 @@ pub struct Iter {
     /// Last key returned from each end; the ends stop when they meet.
     front_key: Option<Bytes>,
     back_key: Option<Bytes>,
-    /// The front has met a key at or above the lower bound.
+    /// The front has met a key not below the lower bound.
     front_past_lower: bool,
     done: bool,
 }
@@ -296,14 +296,15 @@ impl Iter {
         let mut skipping = false;
         while m.valid() {
             let k = m.key();
-            let p = key::parse_internal_key(k).ok_or_else(|| corrupt(k))?;
+            // Older versions are skipped unparsed, as `step_front` skips them.
             if skipping {
-                if key::eq_bytes(p.user_key, &uk) {
+                if key::eq_bytes(key::user_key(k), &uk) {
                     m.next()?;
                     continue;
                 }
                 skipping = false;
             }
+            let p = key::parse_internal_key(k).ok_or_else(|| corrupt(k))?;
             if sh.above_upper(p.user_key)
                 || back_key.as_ref().is_some_and(|b| key::compare_bytes(p.user_key, b).is_ge())
             {

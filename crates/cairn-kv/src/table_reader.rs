@@ -508,7 +508,8 @@ impl TableIter {
             }
             self.data_hot = self.readahead.is_some() && self.table.blocks.is_hot(number);
             if self.readahead.is_none() {
-                // A forward scan takes the next block after a few steps (`look_ahead`).
+                // A forward scan takes the next block after a few steps (`look_ahead`); a
+                // backward one does not, and pays one prefetch for nothing.
                 self.table.blocks.prefetch(number + 1);
             }
             self.data_number = number;
@@ -728,7 +729,9 @@ impl InternalIterator for TableIter {
 }
 
 impl PrepareSeek for TableIter {
-    /// Names the data block a seek to `target` will read, unless cached or already held; with
+    /// Names the data block a seek to `target` will read, unless its slot in the block cache
+    /// holds a block (whose header then starts loading into the CPU cache) or the cursor
+    /// already holds it; with
     /// `seek_ahead` (a sorted level's table) the [`FIRST_ADVICE`] bytes from it on. A short
     /// scan (YCSB E's: 1-100 keys) takes the keys of a sorted level from consecutive blocks
     /// and of a level-0 table mostly from one; asked for with the seek, the blocks after the
