@@ -222,8 +222,8 @@ impl RestartPrefixes {
         // `lo` rather than binary-search the rest of the array, which would cost a cache miss
         // per probe for the one or two lines the answer lies in.
         let rest = &self.prefixes[lo..];
-        let mut hi = lo + rest.iter().take(8).take_while(|&&p| p == want).count();
-        if hi == lo + 8 {
+        let mut hi = lo + rest.iter().take(LINE).take_while(|&&p| p == want).count();
+        if hi == lo + LINE {
             hi = lo + rest.partition_point(|&p| p == want);
         }
         (lo, hi)

@@ -505,11 +505,10 @@ impl TableBlocks {
 
     /// Starts loading block `i`'s header (its reference count and fields) into the CPU cache
     /// if the slot holds a block, normally without touching its reference count; whether it
-    /// does. Taking the block
-    /// later ([`TableBlocks::peek`], [`TableBlocks::get`]) increments that count, an atomic
-    /// write that waits for the line and holds up everything after it; asked for early, the
-    /// line is there by then, and several tables' lines load at once instead of one after
-    /// another.
+    /// does. Taking the block later ([`TableBlocks::peek`], [`TableBlocks::get`]) increments
+    /// that count, an atomic write that waits for the line and holds up everything after it;
+    /// asked for early, the line is there by then, and several tables' lines load at once
+    /// instead of one after another.
     pub fn prefetch(&self, i: usize) -> bool {
         let Some(slot) = self.blocks.get(i) else { return false };
         let guard = slot.load();

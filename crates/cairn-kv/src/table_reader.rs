@@ -480,12 +480,20 @@ impl TableIter {
 
     /// Points `data` at the block the index stands on (keeping it if already there).
     fn init_data_block(&mut self) -> Result<()> {
+        match self.index_block()? {
+            Some(h) => self.enter_block(h),
+            None => Ok(()),
+        }
+    }
+
+    /// The handle of the block the index stands on; past the index's end, `None`, and the
+    /// cursor holds no data block.
+    fn index_block(&mut self) -> Result<Option<BlockHandle>> {
         if !self.index.valid() {
             self.data = None;
-            return Ok(());
+            return Ok(None);
         }
-        let h = self.index.handle()?;
-        self.enter_block(h)
+        self.index.handle().map(Some)
     }
 
     /// Points `data` at the block at `h`, the one the index stands on (keeping it if already
@@ -541,7 +549,9 @@ impl TableIter {
     /// device requests instead of one per block; a short one asks for at most 16 KiB more than
     /// it uses.
     fn advise_ahead(&mut self, h: BlockHandle) {
-        if self.readahead.is_some() {
+        // A block `look_ahead` found cached needs no advice.
+        let looked_up = matches!(self.ahead, Some((offset, Some(_))) if offset == h.offset);
+        if self.readahead.is_some() || looked_up {
             return;
         }
         let Some(end) = block_end(h) else { return };
@@ -573,15 +583,8 @@ impl TableIter {
                 return Ok(());
             }
             self.index.next()?;
-            if !self.index.valid() {
-                self.data = None;
-                return Ok(());
-            }
-            let h = self.index.handle()?;
-            // A block found cached by `look_ahead` needs no advice.
-            if !matches!(self.ahead, Some((offset, Some(_))) if offset == h.offset) {
-                self.advise_ahead(h);
-            }
+            let Some(h) = self.index_block()? else { return Ok(()) };
+            self.advise_ahead(h);
             self.enter_block(h)?;
             if let Some(d) = &mut self.data {
                 d.seek_to_first()?;
@@ -686,7 +689,8 @@ impl InternalIterator for TableIter {
     #[inline]
     fn next(&mut self) -> Result<()> {
         self.prepared = false;
-        // A step inside the block is done here; a step out of it takes `step_out`.
+        // A step inside the block is done here (an error invalidates, as in `step`); a step
+        // out of it takes `step_out`.
         if let Some(d) = &mut self.data {
             if let Err(e) = d.next() {
                 self.data = None;
