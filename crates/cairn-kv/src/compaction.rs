@@ -411,6 +411,16 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     // Release the inputs before announcing completion, so that files the compaction made
     // obsolete are already deleted when waiters wake up.
     drop(c);
+    if applied.is_ok() {
+        // Outside the lock (file reads), and before announcing completion: a waiter
+        // (`compact_all`) must not start the next compaction while this one still fills the
+        // cache, or these reads, for tables that compaction is about to replace, evict the
+        // hot blocks it reads back for its own.
+        drop(st);
+        open_new_tables(inner, &opened);
+        warm_hot_blocks(inner, &hot);
+        st = inner.state.lock();
+    }
     if intra_l0 {
         st.compaction.intra_l0 = false;
     } else if level == 0 {
@@ -425,10 +435,6 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
     }
     inner.bg_cv.notify_all();
     drop(st);
-    if applied.is_ok() {
-        open_new_tables(inner, &opened);
-        warm_hot_blocks(inner, &hot);
-    }
     applied
 }
 
