@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use cairn_kv::{Db, MemStorage, Options, Snapshot, WriteBatch, WriteOptions};
+use cairn_kv::{Db, Iter, KvPair, MemStorage, Options, Snapshot, WriteBatch, WriteOptions};
 use proptest::prelude::*;
 
 type Model = BTreeMap<Vec<u8>, Vec<u8>>;
@@ -83,7 +83,23 @@ fn open(storage: &MemStorage, hold: &Arc<AtomicBool>) -> Db {
 }
 
 fn contents(db: &Db) -> Model {
-    db.iter().map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+    collected(db.iter())
+}
+
+/// Every entry `it` yields, copied out.
+fn collected<C: FromIterator<(Vec<u8>, Vec<u8>)>>(it: impl Iterator<Item = cairn_kv::Result<KvPair>>) -> C {
+    it.map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect()
+}
+
+/// Every entry the borrowing walk of `it` passes, copied out.
+fn walk_all(it: Iter) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut walked = Vec::new();
+    it.for_each_ref(|k, v| {
+        walked.push((k.to_vec(), v.to_vec()));
+        Ok::<_, cairn_kv::Error>(true)
+    })
+    .unwrap();
+    walked
 }
 
 fn wopts(sync: bool) -> WriteOptions {
@@ -144,16 +160,9 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect();
                 let mut got: Vec<_> = if rev {
-                    db.range(lo.clone()..hi.clone())
-                        .rev()
-                        .map(|r| r.unwrap())
-                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                        .collect()
+                    collected(db.range(lo.clone()..hi.clone()).rev())
                 } else {
-                    db.range(lo.clone()..hi.clone())
-                        .map(|r| r.unwrap())
-                        .map(|(k, v)| (k.to_vec(), v.to_vec()))
-                        .collect()
+                    collected(db.range(lo.clone()..hi.clone()))
                 };
                 if rev {
                     got.reverse();
@@ -175,28 +184,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let excluded: Vec<_> =
                     model.iter().filter(|(k, _)| **k > lo && **k < hi).map(|(k, v)| (k.clone(), v.clone())).collect();
                 let bounds = || (Bound::Excluded(lo.clone()), Bound::Excluded(hi.clone()));
-                let got: Vec<_> =
-                    db.range(bounds()).map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
-                prop_assert_eq!(&got, &excluded);
-                let mut walked = Vec::new();
-                db.range(bounds())
-                    .for_each_ref(|k, v| {
-                        walked.push((k.to_vec(), v.to_vec()));
-                        Ok::<_, cairn_kv::Error>(true)
-                    })
-                    .unwrap();
-                prop_assert_eq!(&walked, &excluded);
+                prop_assert_eq!(&collected::<Vec<_>>(db.range(bounds())), &excluded);
+                prop_assert_eq!(&walk_all(db.range(bounds())), &excluded);
                 // After the back end took the last entry, the walk stops before it.
                 let mut it = db.range(lo.clone()..hi.clone());
                 let last = it.next_back().map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec()));
                 prop_assert_eq!(last.as_ref(), expect.last());
-                let mut walked = Vec::new();
-                it.for_each_ref(|k, v| {
-                    walked.push((k.to_vec(), v.to_vec()));
-                    Ok::<_, cairn_kv::Error>(true)
-                })
-                .unwrap();
-                prop_assert_eq!(&walked[..], &expect[..expect.len().saturating_sub(1)]);
+                prop_assert_eq!(&walk_all(it)[..], &expect[..expect.len().saturating_sub(1)]);
             }
             Op::TakeSnapshot => {
                 if snaps.len() < 4 {
@@ -205,8 +199,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::CheckSnapshots => {
                 for (s, m) in &snaps {
-                    let got: Model = s.iter().map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
-                    prop_assert_eq!(&got, m);
+                    prop_assert_eq!(&collected::<Model>(s.iter()), m);
                     let mut walked = Model::new();
                     s.iter()
                         .for_each_ref(|k, v| Ok::<_, cairn_kv::Error>(walked.insert(k.to_vec(), v.to_vec()).is_none()))
@@ -215,17 +208,8 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     // From a lower bound inside the snapshot's keys, by both walks.
                     if let Some(lo) = m.keys().nth(m.len() / 2) {
                         let want: Vec<_> = m.range(lo.clone()..).map(|(k, v)| (k.clone(), v.clone())).collect();
-                        let got: Vec<_> =
-                            s.range(lo.clone()..).map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
-                        prop_assert_eq!(&got, &want);
-                        let mut walked = Vec::new();
-                        s.range(lo.clone()..)
-                            .for_each_ref(|k, v| {
-                                walked.push((k.to_vec(), v.to_vec()));
-                                Ok::<_, cairn_kv::Error>(true)
-                            })
-                            .unwrap();
-                        prop_assert_eq!(&walked, &want);
+                        prop_assert_eq!(&collected::<Vec<_>>(s.range(lo.clone()..)), &want);
+                        prop_assert_eq!(&walk_all(s.range(lo.clone()..)), &want);
                     }
                 }
             }
@@ -265,7 +249,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
     }
     for (s, m) in &snaps {
-        let got: Model = s.iter().map(|r| r.unwrap()).map(|(k, v)| (k.to_vec(), v.to_vec())).collect();
+        let got: Model = collected(s.iter());
         prop_assert_eq!(&got, m);
     }
     prop_assert_eq!(contents(&db), model);
