@@ -736,11 +736,11 @@ impl PrepareSeek for TableIter {
     /// Names the data block a seek to `target` will read, unless its slot in the block cache
     /// holds a block (whose header then starts loading into the CPU cache) or the cursor
     /// already holds it; with `seek_ahead` (a sorted level's table) the [`FIRST_ADVICE`]
-    /// bytes from it on. A short
-    /// scan (YCSB E's: 1-100 keys) takes the keys of a sorted level from consecutive blocks
-    /// and of a level-0 table mostly from one; asked for with the seek, the blocks after the
-    /// first come in the same parallel device requests instead of one more wait per level
-    /// when the scan steps into them. Devices serve 16 KiB about as fast as 4 KiB.
+    /// bytes from it on. A short scan (YCSB E's: 1-100 keys) takes the keys of a sorted level
+    /// from consecutive blocks and of a level-0 table mostly from one; asked for with the
+    /// seek, the blocks after the first come in the same parallel device requests instead of
+    /// one more wait per level when the scan steps into them. Devices serve 16 KiB about as
+    /// fast as 4 KiB.
     fn prepare_seek(&mut self, target: &[u8], reads: &mut Vec<PendingRead>) -> Result<()> {
         self.prepared = false;
         self.advised_end = 0;
