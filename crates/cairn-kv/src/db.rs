@@ -118,6 +118,8 @@ pub(crate) struct Wal {
     pub slowdown_owed: std::time::Duration,
     /// The log the next memtable switch will use, made ahead of time.
     pub spare: Option<crate::spare_log::SpareLog>,
+    /// The log the last memtable switch left, while it is being ended on a thread of its own.
+    pub sealing: Option<crate::spare_log::SealingLog>,
 }
 
 /// Shared engine state; background threads and handles hold an `Arc` of it.
@@ -206,6 +208,22 @@ impl DbInner {
         }
         #[cfg(not(feature = "failpoints"))]
         let _ = name;
+    }
+
+    /// A call passing failpoint `name` ([`DbInner::failpoint`]) with the hook set now, holding
+    /// no reference to the engine: for a thread the engine joins when it is dropped (the last
+    /// reference dropped on that thread would join it to itself).
+    pub fn failpoint_fn(&self, name: &'static str) -> impl FnOnce() + Send + 'static {
+        #[cfg(feature = "failpoints")]
+        let hook = self.failpoint_hook.lock().clone();
+        move || {
+            #[cfg(feature = "failpoints")]
+            if let Some(hook) = hook {
+                hook(name);
+            }
+            #[cfg(not(feature = "failpoints"))]
+            let _ = name;
+        }
     }
 
     /// The highest sequence number whose write is complete and visible.
@@ -367,6 +385,7 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     }
     let mut wal = inner.wal.lock();
     let spare = wal.spare.take();
+    let sealing = wal.sealing.take().map(|s| s.wait());
     if inner.is_poisoned() {
         // Touch no file: the storage may be failing, or already in other hands (a crash
         // test reopens it while this handle is still alive). A leftover spare is replayed as
@@ -377,8 +396,9 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     if let Some(spare) = spare {
         spare.discard();
     }
+    sealing.transpose()?;
     // Make writes that did not ask for fsync durable on a clean close.
-    wal.writer.finish()?;
+    crate::spare_log::end_wal(&mut wal.writer, true)?;
     flushed
 }
 

@@ -106,23 +106,52 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     let mut flushed_during_replay = false;
     // The first log that ended torn, with where and why.
     let mut torn: Option<(PathBuf, u64, String)> = None;
+    // The last log read that held writes or ended torn: the next log holding writes must run
+    // on from it.
+    let mut prev: Option<ReadLog> = None;
+    // Whether replay stopped before a log holding writes (see `runs_on`).
+    let mut cut_short = false;
     for &no in &wals {
         let path = wal_path(dir, no);
         let data = storage.read_all(&path).at(&path)?;
-        let (records, tail) = read_log(&data, &path, WAL_MAGIC)?;
-        // Only the newest log that holds records can end in a torn write: older ones were
-        // synced before the next one was used. Logs after it may hold none (the spare made
-        // ahead of the next memtable switch, perhaps itself cut short while being made).
-        if let Some((torn_path, offset, reason)) = &torn
-            && !records.is_empty()
-        {
-            return Err(Error::corruption(torn_path, *offset, format!("damaged log record: {reason}")));
+        let (mut records, tail) = read_log(&data, &path, WAL_MAGIC)?;
+        // The end record (empty; no write makes one) comes last, and only intact bytes may
+        // follow it: nothing is written to a log after it.
+        let ended = records.last().is_some_and(|(_, p)| p.is_empty());
+        if ended {
+            records.pop();
+            if let LogTail::Torn { offset, reason } = &tail {
+                return Err(Error::corruption(
+                    &path,
+                    *offset,
+                    format!("damaged bytes after the log's end record: {reason}"),
+                ));
+            }
         }
-        if let LogTail::Torn { offset, reason } = tail
+        if let Some((offset, _)) = records.iter().find(|(_, p)| p.is_empty()) {
+            return Err(Error::corruption(&path, *offset, "record after the log's end record"));
+        }
+        if let Some((offset, payload)) = records.first() {
+            let first = decode_record(payload)
+                .map_err(|(at, why)| Error::corruption(&path, offset + at as u64, format!("bad write batch: {why}")))?
+                .base_seq;
+            if let Some(p) = &prev
+                && !runs_on(p, &path, *offset, first)?
+            {
+                cut_short = true;
+                break;
+            }
+        }
+        if let LogTail::Torn { offset, reason } = &tail
             && torn.is_none()
         {
-            torn = Some((path.clone(), offset, reason));
+            torn = Some((path.clone(), *offset, reason.clone()));
         }
+        let torn_here = match &tail {
+            LogTail::Torn { offset, reason } => Some((*offset, reason.clone())),
+            LogTail::Clean => None,
+        };
+        let mut log_last = None;
         // Point entries are inserted in key order, a memtable's worth at a time: a skiplist
         // filled in order touches only its recently inserted nodes, several times faster than
         // the log's (random) order.
@@ -144,6 +173,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
                     BatchOp::DeleteRange(s, e) => mem.insert_range_delete(s, e, seq),
                 }
                 last_seq = last_seq.max(seq);
+                log_last = Some(seq);
             }
             if mem.approximate_bytes() + pending_bytes >= opts.memtable_size {
                 insert_sorted(&mem, &mut pending);
@@ -154,13 +184,20 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             }
         }
         insert_sorted(&mem, &mut pending);
+        if !records.is_empty() || torn_here.is_some() {
+            let ended = ended || (torn_here.is_some() && ends_in_end_record(&data));
+            prev = Some(ReadLog { path, last: log_last, ended, torn: torn_here });
+        }
     }
-    // After a clean shutdown the replayed logs are intact: keep their memtable frozen, with the
-    // logs, for the background flush, so opening does not wait for a table to be written.
-    // After a crash (a torn tail) or a replay larger than a memtable, write the tables now, so
-    // that no log that ends torn is ever followed by a newer one and no record is replayed
-    // into a table twice.
-    let keep_frozen = !mem.is_empty() && torn.is_none() && !flushed_during_replay;
+    // After a clean shutdown the replayed logs are intact, the last one holding writes ended
+    // by the close: keep their memtable frozen, with the logs, for the background flush, so
+    // opening does not wait for a table to be written. After a crash (a log not ended, which
+    // may have lost its last writes even if it reads clean) or a replay larger than a
+    // memtable, write the tables now, so that no log that may have lost writes is ever
+    // followed by a newer one (whose numbers would not run on from it) and no record is
+    // replayed into a table twice.
+    let clean_close = prev.as_ref().is_some_and(|p| p.ended && p.torn.is_none());
+    let keep_frozen = !mem.is_empty() && clean_close && torn.is_none() && !cut_short && !flushed_during_replay;
     if !mem.is_empty() && !keep_frozen {
         flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
     }
@@ -196,12 +233,78 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     };
     // Made after the new MANIFEST, for the reason the new WAL is; numbered above it.
     let spare = Some(SpareLog::start(&storage, dir, spare_no));
-    let wal = Wal { writer, slowdown_owed: std::time::Duration::ZERO, spare };
+    let wal = Wal { writer, slowdown_owed: std::time::Duration::ZERO, spare, sealing: None };
     Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock))
 }
 
 /// Inserts replayed point entries into `mem` in internal-key order (user key ascending, newest
 /// first), emptying `pending`.
+/// A write-ahead log recovery read, as the next one holding writes is checked against it.
+struct ReadLog {
+    path: PathBuf,
+    /// Sequence number of its last write, if it held any.
+    last: Option<SeqNo>,
+    /// Whether it was whole and durable once: it ends in its end record, or its end record
+    /// follows the damage it reads torn at ([`ends_in_end_record`]).
+    ended: bool,
+    /// Where and why it reads torn, if it does.
+    torn: Option<(u64, String)>,
+}
+
+/// Whether a log holding writes whose first sequence number is `first` (its first record at
+/// `offset` of `path`) is replayed after `prev`, the last log read that held writes or ended
+/// torn.
+///
+/// Sequence numbers run on from one log to the next, each write's record numbered from the
+/// last one's. A memtable switch leaves its log to be ended (made durable, then its end record
+/// appended and made durable) on a thread of its own while writes go on into the next log
+/// (see `spare_log`), so after a power cut the next log can hold writes that follow records
+/// the earlier one lost. Then the numbers skip: replay stops before this log, whose writes,
+/// none of them synced (a synced write waits for the earlier log's end), are lost with the
+/// earlier log's last ones, as a power cut loses the last writes not synced. If the numbers run
+/// on, the earlier log lost none of its writes, whatever it ends in (a torn end record). An
+/// earlier log that was ended is whole: numbers that skip after it, or go back, are damage.
+fn runs_on(prev: &ReadLog, path: &Path, offset: u64, first: SeqNo) -> Result<bool> {
+    if let Some(last) = prev.last {
+        if first == last.wrapping_add(1) {
+            return Ok(true);
+        }
+        if first <= last {
+            return Err(Error::corruption(
+                path,
+                offset,
+                format!("write numbered {first} follows write {last} of {}", prev.path.display()),
+            ));
+        }
+    }
+    if !prev.ended {
+        return Ok(false);
+    }
+    Err(match &prev.torn {
+        Some((at, reason)) => Error::corruption(&prev.path, *at, format!("damaged log record: {reason}")),
+        None => Error::corruption(
+            path,
+            offset,
+            format!(
+                "write numbered {first} does not follow the last write of {}, which was whole",
+                prev.path.display()
+            ),
+        ),
+    })
+}
+
+/// Whether the log image `data` ends in an intact end record (an empty record) followed only
+/// by zeros: the end record is written once the log's other records are durable, so a log
+/// that reads torn before it was damaged after it was whole.
+fn ends_in_end_record(data: &[u8]) -> bool {
+    let mut end_record = [0u8; crate::log::LOG_RECORD_HEADER_LEN];
+    end_record[4..].copy_from_slice(&crate::log::mask_crc(crc32c::crc32c(&[0u8; 4])).to_le_bytes());
+    let n = end_record.len();
+    // Its checksum's last bytes may be zeros too.
+    let last = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    (last..=(last + n - 1).min(data.len())).any(|e| e >= crate::log::LOG_HEADER_LEN + n && data[e - n..e] == end_record)
+}
+
 fn insert_sorted(mem: &Memtable, pending: &mut Vec<(&[u8], SeqNo, ValueKind, &[u8])>) {
     pending.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
     let mut splice = Splice::default();
@@ -242,4 +345,54 @@ fn remove_unused(storage: &Arc<dyn Storage>, dir: &Path, live: &HashSet<u64>, lo
         }
     }
     let _ = storage.sync_dir(dir);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ends_in_end_record;
+    use crate::log::{LogWriter, read_log};
+    use crate::storage::Storage;
+    use crate::{MemStorage, Result};
+    use proptest::prelude::*;
+    use std::path::Path;
+
+    /// A log image holding `records`, ended if `ended`, followed by `zeros` zero bytes.
+    fn image(records: &[Vec<u8>], ended: bool, zeros: usize) -> Result<Vec<u8>> {
+        let (s, p) = (MemStorage::new(), Path::new("/l.log"));
+        let mut w = LogWriter::create(s.create(p).map_err(|e| crate::Error::io(p, e))?, p.into(), super::WAL_MAGIC)?;
+        for r in records {
+            w.add_record(r)?;
+        }
+        if ended {
+            w.add_record(&[])?;
+        }
+        w.sync()?;
+        let mut data = s.read_all(p).map_err(|e| crate::Error::io(p, e))?;
+        data.resize(data.len() + zeros, 0);
+        Ok(data)
+    }
+
+    proptest! {
+        /// The end record is found after any damage before it, through any zeros after it, and
+        /// never where there is none.
+        #[test]
+        fn the_end_record_is_found_past_damage(
+            records in proptest::collection::vec(proptest::collection::vec(1u8..=255, 12..40), 0..6),
+            ended: bool,
+            zeros in 0usize..40,
+            flip in any::<proptest::sample::Index>(),
+        ) {
+            let mut data = image(&records, ended, zeros).unwrap();
+            prop_assert_eq!(ends_in_end_record(&data), ended);
+            // Damage a byte of a record before the end record: still found.
+            let end = data.len() - zeros - if ended { 8 } else { 0 };
+            if end > 16 {
+                let at = 16 + flip.index(end - 16);
+                data[at] ^= 0x5A;
+                prop_assert_eq!(ends_in_end_record(&data), ended);
+                let (got, _) = read_log(&data, Path::new("/l.log"), super::WAL_MAGIC).unwrap();
+                prop_assert!(got.len() < records.len() + usize::from(ended));
+            }
+        }
+    }
 }

@@ -22,7 +22,7 @@ use crate::key::{SeqNo, ValueKind};
 use crate::log::{LogWriter, PendingSync};
 use crate::memtable::{Memtable, Splice};
 use crate::sequences::Sequences;
-use crate::spare_log::{SpareLog, create_wal};
+use crate::spare_log::{SealingLog, SpareLog, create_wal};
 use crate::stats::Stall;
 use crate::write_queue::{Slot, Validation, WriteRequest};
 use crate::{Error, Result};
@@ -157,7 +157,16 @@ fn lead(inner: &Arc<DbInner>, reqs: &mut [WriteRequest], defer_sync: bool) -> (V
     parts.push(&head);
     parts.extend(reps);
     let record_len: usize = parts.iter().map(|p| p.len()).sum();
-    let logged = wal.writer.add_record_parts(&parts).and_then(|_| wal.writer.flush());
+    // A synced write's acknowledgement promises every earlier write durable: those in the log
+    // the last memtable switch left too.
+    let sealed = match wal.sealing.take() {
+        Some(prev) if sync => prev.wait(),
+        other => {
+            wal.sealing = other;
+            Ok(())
+        }
+    };
+    let logged = sealed.and_then(|()| wal.writer.add_record_parts(&parts)).and_then(|_| wal.writer.flush());
     let logged = logged.and_then(|()| match (sync, defer_sync) {
         (false, _) => Ok(None),
         (true, false) => timed_sync(inner, || wal.writer.sync()).map(|()| None),
@@ -340,12 +349,13 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
         }
     }
     // The memtable cannot change meanwhile (the caller holds the WAL, so no group starts), and
-    // background work need not wait for the sync below: the state is locked again after it.
+    // background work need not wait for the waits below: the state is locked again after them.
     let res = (|| -> Result<(u64, LogWriter)> {
-        // Everything in the old log must be durable before later writes land in the new one,
-        // so that recovery never sees a later write without an earlier one. (It keeps the
-        // zeros it reserved: it is deleted once its memtable is flushed.)
-        wal.writer.seal()?;
+        // The log is ended on a thread of its own while writes go on into the next one (see
+        // `spare_log`); one at a time, so the one the last switch left must be ended first.
+        if let Some(prev) = wal.sealing.take() {
+            prev.wait()?;
+        }
         match wal.spare.take() {
             Some(spare) => spare.take(),
             None => {
@@ -361,7 +371,8 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
             return Err(e);
         }
     };
-    wal.writer = writer;
+    let old_log = std::mem::replace(&mut wal.writer, writer);
+    wal.sealing = Some(SealingLog::start(old_log, inner.failpoint_fn("wal.seal")));
     let mut st = inner.state.lock();
     // The next log is numbered above this one (and every table numbered so far, which does
     // not matter: only logs are ordered by number).

@@ -120,8 +120,18 @@ fn damaged_log_before_the_last_is_corruption_but_a_torn_tail_is_not() {
         let db = Db::open(copy.path(), opts.clone()).unwrap();
         assert_eq!(db.iter().count(), 99);
     }
-    // A damaged older log (a newer one exists) is real corruption.
-    let copy2 = copy_dir(dir.path());
+    // A damaged older log (a newer one holding writes exists) that was ended, here by a clean
+    // close, is real corruption: its end record, written once its records were durable,
+    // follows the damage.
+    let closed = tempfile::tempdir().unwrap();
+    {
+        let db = Db::open(closed.path(), opts.clone()).unwrap();
+        for i in 0..100u32 {
+            db.put(format!("k{i}"), b"v").unwrap();
+        }
+        db.close().unwrap();
+    }
+    let copy2 = copy_dir(closed.path());
     let log = files(copy2.path(), ".log").into_iter().next().unwrap();
     let name = log.file_name().unwrap().to_string_lossy().to_string();
     let no: u64 = name.trim_end_matches(".log").parse().unwrap();
@@ -129,7 +139,7 @@ fn damaged_log_before_the_last_is_corruption_but_a_torn_tail_is_not() {
     flip(&log, 40);
     let err = Db::open(copy2.path(), opts).err().expect("must not open");
     match err {
-        Error::Corruption { path, .. } => assert_eq!(path, log),
+        Error::Corruption { path, offset, .. } => assert_eq!((path, offset), (log, 16)),
         other => panic!("expected corruption, got {other}"),
     }
 }

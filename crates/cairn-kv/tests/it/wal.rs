@@ -4,10 +4,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::channel;
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn_kv::log::{LogTail, read_log};
-use cairn_kv::{Db, Options};
+use cairn_kv::log::{LogTail, LogWriter, read_log};
+use cairn_kv::storage::Storage;
+use cairn_kv::{Db, FsStorage, Options, WriteBatch, WriteOptions};
 
 use crate::copy_dir;
 
@@ -27,6 +30,31 @@ fn logs(dir: &Path) -> Vec<(u64, PathBuf, usize, LogTail)> {
         .collect();
     v.sort_by_key(|l| l.0);
     v
+}
+
+/// The records of a log image, with how it ends.
+fn read(data: &[u8]) -> (Vec<(u64, Vec<u8>)>, LogTail) {
+    read_log(data, Path::new("x.log"), WAL_MAGIC).unwrap()
+}
+
+/// A write's log record numbered from `base` instead (its first 8 bytes).
+fn with_base_seq(record: &[u8], base: u64) -> Vec<u8> {
+    let mut r = record.to_vec();
+    r[..8].copy_from_slice(&base.to_le_bytes());
+    r
+}
+
+/// Writes a write-ahead log holding `records`, then its end record if `ended`.
+fn forge_log(path: &Path, records: &[Vec<u8>], ended: bool) {
+    let file = FsStorage.create(path).unwrap();
+    let mut w = LogWriter::create(file, path.to_path_buf(), WAL_MAGIC).unwrap();
+    for r in records {
+        w.add_record(r).unwrap();
+    }
+    if ended {
+        w.add_record(&[]).unwrap();
+    }
+    w.sync().unwrap();
 }
 
 /// Polls until the newest log holds no record, ends clean, and is numbered above every other
@@ -105,14 +133,143 @@ fn a_torn_log_followed_by_logs_without_records_recovers_its_intact_prefix() {
     assert_eq!(db.iter().count(), 100);
     drop(db);
 
-    // A record in any later log makes the torn one real damage: recovery refuses it.
+    // A later log holding writes numbered past the torn record's: the torn log was not ended,
+    // so a power cut cut it short while it was being ended and writes went on into the next
+    // log (none of them synced: a synced write waits for the end). Replay stops at the torn
+    // log's intact prefix, and the later log's writes go with its lost one.
+    let (records, _) = read(&data[..end]);
+    let renumbered: Vec<Vec<u8>> =
+        records.iter().enumerate().map(|(i, (_, r))| with_base_seq(r, 101 + i as u64)).collect();
+    let later = |d: &Path| d.join(format!("{:06}.log", spare_no + 10));
     let copy2 = copy_dir(dir.path());
     let used2 = copy2.path().join(used.file_name().unwrap());
     fs::write(&used2, &data[..end - 3]).unwrap();
-    fs::write(copy2.path().join(format!("{:06}.log", spare_no + 10)), &data[..end]).unwrap();
-    let err = Db::open(copy2.path(), opts).err().expect("must not open");
-    match err {
-        cairn_kv::Error::Corruption { path, .. } => assert_eq!(path, used2),
+    forge_log(&later(copy2.path()), &renumbered, false);
+    {
+        let db = Db::open(copy2.path(), opts.clone()).unwrap();
+        assert_eq!(db.iter().count(), 99);
+        assert!(!later(copy2.path()).exists(), "the later log's writes were dropped, so is the log");
+    }
+    assert_eq!(Db::open(copy2.path(), opts.clone()).unwrap().iter().count(), 99);
+
+    // The same torn log with its end record after the damage was whole once: the damage is
+    // real, and recovery refuses it, naming it.
+    let copy3 = copy_dir(dir.path());
+    let used3 = copy3.path().join(used.file_name().unwrap());
+    forge_log(&used3, &records.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(), true);
+    let mut damaged = fs::read(&used3).unwrap();
+    let last_record = records.last().unwrap().0 as usize;
+    damaged[last_record + 10] ^= 0x5A;
+    fs::write(&used3, &damaged).unwrap();
+    forge_log(&later(copy3.path()), &renumbered, false);
+    match Db::open(copy3.path(), opts.clone()).err().expect("must not open") {
+        cairn_kv::Error::Corruption { path, offset, .. } => assert_eq!((path, offset), (used3, last_record as u64)),
         other => panic!("expected corruption, got {other}"),
     }
+
+    // Numbers that go back are damage too, whether or not the earlier log was ended.
+    let copy4 = copy_dir(dir.path());
+    fs::write(copy4.path().join(used.file_name().unwrap()), &data[..end - 3]).unwrap();
+    forge_log(&later(copy4.path()), &records.iter().map(|(_, r)| r.clone()).collect::<Vec<_>>(), false);
+    match Db::open(copy4.path(), opts).err().expect("must not open") {
+        cairn_kv::Error::Corruption { path, .. } => assert_eq!(path, later(copy4.path())),
+        other => panic!("expected corruption, got {other}"),
+    }
+}
+
+/// Holds every thread that passes one failpoint until opened.
+#[derive(Clone, Default)]
+struct Gate(Arc<(Mutex<bool>, Condvar)>);
+
+impl Gate {
+    fn wait(&self) {
+        let (open, cv) = &*self.0;
+        let mut open = open.lock().unwrap();
+        while !*open {
+            open = cv.wait(open).unwrap();
+        }
+    }
+
+    fn open(&self) {
+        *self.0.0.lock().unwrap() = true;
+        self.0.1.notify_all();
+    }
+}
+
+/// Opens its gates when dropped.
+struct OpenOnDrop(Vec<Gate>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.iter().for_each(Gate::open);
+    }
+}
+
+/// A memtable switch ends the log it leaves (its end record, an empty record, after its
+/// records are durable) on a thread of its own: writes that do not ask for a sync go on into
+/// the next log meanwhile, and a synced write waits for the end.
+#[test]
+fn the_log_a_switch_leaves_is_ended_off_the_writers_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { memtable_size: 64 << 10, ..Options::default() };
+    let db = Db::open(dir.path(), opts.clone()).unwrap();
+    // The flush is held too: it would delete the log once its memtable is in a table.
+    let (seal, flush) = (Gate::default(), Gate::default());
+    let (reached_tx, reached) = channel::<()>();
+    let reached_tx = Mutex::new(reached_tx);
+    // Dropped before the engine, on a failed assertion too: the engine joins held threads.
+    let _open_at_exit = OpenOnDrop(vec![seal.clone(), flush.clone()]);
+    let (s2, f2) = (seal.clone(), flush.clone());
+    db.set_failpoint_hook(Some(Arc::new(move |at: &str| match at {
+        "wal.seal" => {
+            let _ = reached_tx.lock().unwrap().send(());
+            s2.wait();
+        }
+        "flush.build" => f2.wait(),
+        _ => {}
+    })));
+    let put = |i: u32| {
+        let mut b = WriteBatch::new();
+        b.put(format!("key{i:06}"), [b'v'; 200]).unwrap();
+        db.write_opt(b, WriteOptions { sync: false }).unwrap();
+    };
+    // Up to the switch, then no further: a second switch would wait for the held end.
+    let mut i = 0u32;
+    while db.stats().immutable_memtables == 0 {
+        put(i);
+        i += 1;
+        assert!(i < 100_000, "the memtable never switched");
+    }
+    reached.recv_timeout(Duration::from_secs(20)).expect("the log the switch left is not being ended");
+    // The end is held: writes go on, into the next log (fewer than a memtable's worth).
+    for _ in 0..100 {
+        put(i);
+        i += 1;
+    }
+    let with_records: Vec<_> = logs(dir.path()).into_iter().filter(|l| l.2 > 0).collect();
+    assert_eq!(with_records.len(), 2, "{with_records:?}");
+    let old = &with_records[0].1;
+    let last_payload = |p: &Path| read(&fs::read(p).unwrap()).0.last().unwrap().1.clone();
+    assert!(!last_payload(old).is_empty(), "the log was ended while its end was held");
+    let (in_old, in_new) = (with_records[0].2, with_records[1].2);
+    assert!(in_new > 100, "{in_new} writes in the next log");
+    assert_eq!(in_old + in_new, i as usize, "every write is in one of the logs");
+    let (tx, rx) = channel();
+    std::thread::scope(|s| {
+        s.spawn(|| tx.send(db.put(b"synced", b"1").map_err(|e| e.to_string())).unwrap());
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "a synced write did not wait for the end of the log the switch left"
+        );
+        seal.open();
+        assert_eq!(rx.recv_timeout(Duration::from_secs(20)), Ok(Ok(())));
+    });
+    let (records, tail) = read(&fs::read(old).unwrap());
+    assert_eq!(tail, LogTail::Clean);
+    assert!(records.last().unwrap().1.is_empty(), "the log does not end in its end record");
+    assert!(records[..records.len() - 1].iter().all(|(_, r)| !r.is_empty()));
+    flush.open();
+    db.close().unwrap();
+    let db = Db::open(dir.path(), opts).unwrap();
+    assert_eq!(db.iter().count(), i as usize + 1);
 }
