@@ -122,6 +122,13 @@ pub(crate) struct Wal {
     pub sealing: Option<crate::spare_log::SealingLog>,
 }
 
+impl Wal {
+    /// Waits until the log the last memtable switch left is ended, if one is being ended.
+    pub fn wait_for_end(&mut self) -> Result<()> {
+        self.sealing.take().map_or(Ok(()), crate::spare_log::SealingLog::wait)
+    }
+}
+
 /// Shared engine state; background threads and handles hold an `Arc` of it.
 pub(crate) struct DbInner {
     pub dir: PathBuf,
@@ -385,7 +392,7 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     }
     let mut wal = inner.wal.lock();
     let spare = wal.spare.take();
-    let sealing = wal.sealing.take().map(|s| s.wait());
+    let ended = wal.wait_for_end();
     if inner.is_poisoned() {
         // Touch no file: the storage may be failing, or already in other hands (a crash
         // test reopens it while this handle is still alive). A leftover spare is replayed as
@@ -396,7 +403,7 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     if let Some(spare) = spare {
         spare.discard();
     }
-    sealing.transpose()?;
+    ended?;
     // Make writes that did not ask for fsync durable on a clean close.
     crate::spare_log::end_wal(&mut wal.writer, true)?;
     flushed

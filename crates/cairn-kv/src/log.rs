@@ -38,6 +38,14 @@ fn record_crc(len: &[u8; 4], payload: &[u8]) -> u32 {
     mask_crc(crc32c::crc32c_append(crc32c::crc32c(len), payload))
 }
 
+/// The bytes of a record with an empty payload (its header alone), as
+/// `add_record(&[])` writes them.
+pub fn empty_record() -> [u8; LOG_RECORD_HEADER_LEN] {
+    let mut head = [0u8; LOG_RECORD_HEADER_LEN];
+    head[4..].copy_from_slice(&record_crc(&[0; 4], &[]).to_le_bytes());
+    head
+}
+
 /// Appends records to a log file. Records are buffered by the file; nothing is durable before
 /// [`LogWriter::sync`] returns.
 pub struct LogWriter {
@@ -292,6 +300,7 @@ mod tests {
         ]
         .concat();
         assert_eq!(s.contents(path()).unwrap(), want);
+        assert_eq!(empty_record()[..], want[26..]);
         assert_eq!(mask_crc(0), 0xa282_ead8);
         assert_eq!(mask_crc(0x885a_7259), 0x8735_fb8c);
     }

@@ -109,8 +109,6 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     // The last log read that held writes or ended torn: the next log holding writes must run
     // on from it.
     let mut prev: Option<ReadLog> = None;
-    // Whether replay stopped before a log holding writes (see `runs_on`).
-    let mut cut_short = false;
     for &no in &wals {
         let path = wal_path(dir, no);
         let data = storage.read_all(&path).at(&path)?;
@@ -135,22 +133,23 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             let first = decode_record(payload)
                 .map_err(|(at, why)| Error::corruption(&path, offset + at as u64, format!("bad write batch: {why}")))?
                 .base_seq;
+            // Replay stops before this log (`prev`, not ended, then keeps the memtable from
+            // being kept frozen).
             if let Some(p) = &prev
                 && !runs_on(p, &path, *offset, first)?
             {
-                cut_short = true;
                 break;
             }
         }
-        if let LogTail::Torn { offset, reason } = &tail
-            && torn.is_none()
+        let torn_here = match tail {
+            LogTail::Torn { offset, reason } => Some((offset, reason)),
+            LogTail::Clean => None,
+        };
+        if torn.is_none()
+            && let Some((offset, reason)) = &torn_here
         {
             torn = Some((path.clone(), *offset, reason.clone()));
         }
-        let torn_here = match &tail {
-            LogTail::Torn { offset, reason } => Some((*offset, reason.clone())),
-            LogTail::Clean => None,
-        };
         let mut log_last = None;
         // Point entries are inserted in key order, a memtable's worth at a time: a skiplist
         // filled in order touches only its recently inserted nodes, several times faster than
@@ -200,7 +199,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     // writes a power cut then took from a log that was not ended: a new log numbered above
     // them would not run on from the kept ones.)
     let clean_close = prev.as_ref().is_some_and(|p| p.ended && p.torn.is_none() && p.last == Some(last_seq));
-    let keep_frozen = !mem.is_empty() && clean_close && torn.is_none() && !cut_short && !flushed_during_replay;
+    let keep_frozen = !mem.is_empty() && clean_close && torn.is_none() && !flushed_during_replay;
     if !mem.is_empty() && !keep_frozen {
         flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
     }
@@ -240,8 +239,6 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock))
 }
 
-/// Inserts replayed point entries into `mem` in internal-key order (user key ascending, newest
-/// first), emptying `pending`.
 /// A write-ahead log recovery read, as the next one holding writes is checked against it.
 struct ReadLog {
     path: PathBuf,
@@ -300,14 +297,14 @@ fn runs_on(prev: &ReadLog, path: &Path, offset: u64, first: SeqNo) -> Result<boo
 /// by zeros: the end record is written once the log's other records are durable, so a log
 /// that reads torn before it was damaged after it was whole.
 fn ends_in_end_record(data: &[u8]) -> bool {
-    let mut end_record = [0u8; crate::log::LOG_RECORD_HEADER_LEN];
-    end_record[4..].copy_from_slice(&crate::log::mask_crc(crc32c::crc32c(&[0u8; 4])).to_le_bytes());
-    let n = end_record.len();
-    // Its checksum's last bytes may be zeros too.
+    // (Its last byte is not zero: `log::tests::header_bytes_match_the_format_doc`.)
+    let end_record = crate::log::empty_record();
     let last = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
-    (last..=(last + n - 1).min(data.len())).any(|e| e >= crate::log::LOG_HEADER_LEN + n && data[e - n..e] == end_record)
+    last >= crate::log::LOG_HEADER_LEN + end_record.len() && data[..last].ends_with(&end_record)
 }
 
+/// Inserts replayed point entries into `mem` in internal-key order (user key ascending, newest
+/// first), emptying `pending`.
 fn insert_sorted(mem: &Memtable, pending: &mut Vec<(&[u8], SeqNo, ValueKind, &[u8])>) {
     pending.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
     let mut splice = Splice::default();

@@ -16,9 +16,10 @@
 //!
 //! Ending the log a switch leaves ([`end_wal`]) costs two `fdatasync`s, the first of a
 //! memtable's worth of records (42-57 ms, seen in traces of 1-thread writes on a busy disk,
-//! with a hole punch of about 24 ms), again stalling every writer. Writes go on into the next log meanwhile. A synced write
-//! waits for the seal before its own sync (its acknowledgement promises every earlier write
-//! durable too), and so does the next switch, so at most one log is being sealed. Recovery
+//! with a hole punch of about 24 ms), again stalling every writer. Writes go on into the next
+//! log meanwhile. A synced write waits for the seal before its own sync (its acknowledgement
+//! promises every earlier write durable too), and so does the next switch, so at most one log
+//! is being sealed. Recovery
 //! takes a log that does not end in its end record, followed by one holding records, as cut
 //! short by a power cut only if their sequence numbers do not run on, and then replays up to
 //! the end of the first (the later log's writes were not synced; see `recovery`).

@@ -159,13 +159,7 @@ fn lead(inner: &Arc<DbInner>, reqs: &mut [WriteRequest], defer_sync: bool) -> (V
     let record_len: usize = parts.iter().map(|p| p.len()).sum();
     // A synced write's acknowledgement promises every earlier write durable: those in the log
     // the last memtable switch left too.
-    let sealed = match wal.sealing.take() {
-        Some(prev) if sync => prev.wait(),
-        other => {
-            wal.sealing = other;
-            Ok(())
-        }
-    };
+    let sealed = if sync { wal.wait_for_end() } else { Ok(()) };
     let logged = sealed.and_then(|()| wal.writer.add_record_parts(&parts)).and_then(|_| wal.writer.flush());
     let logged = logged.and_then(|()| match (sync, defer_sync) {
         (false, _) => Ok(None),
@@ -353,9 +347,7 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
     let res = (|| -> Result<(u64, LogWriter)> {
         // The log is ended on a thread of its own while writes go on into the next one (see
         // `spare_log`); one at a time, so the one the last switch left must be ended first.
-        if let Some(prev) = wal.sealing.take() {
-            prev.wait()?;
-        }
+        wal.wait_for_end()?;
         match wal.spare.take() {
             Some(spare) => spare.take(),
             None => {
