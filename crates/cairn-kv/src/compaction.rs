@@ -232,9 +232,17 @@ pub(crate) fn pick(opts: &Options, v: &Version, cs: &mut Compacting) -> Option<C
     // would keep the base level busy one after another, and level 0 would be held off until
     // writers are slowed (RocksDB's rule too).
     let mut l0_waits_for_base = false;
+    // While level 0 merges into the base level and, all its tables counted, weighs what
+    // makes it urgent, no compaction of a deeper level starts: the next free thread is kept
+    // for the intra-level-0 merge the flushes landing meanwhile will need. A deeper
+    // compaction started then (after a bulk load: the level-0 merge and one of the base
+    // level's, at once) held that thread for as long as the level-0 merge, so level 0 grew to
+    // the slowdown trigger with no thread to merge it; and on few cores it took CPU from the
+    // level-0 merge too.
+    let keep_for_l0 = cs.l0 && v.l0_weight(opts.memtable_size) >= l0_urgent_files(opts);
     let mut found = None;
     for (level, _) in scores(opts, v, cs, &targets) {
-        if level == targets.base && level > 0 && l0_waits_for_base {
+        if level > 0 && (keep_for_l0 || (level == targets.base && l0_waits_for_base)) {
             continue;
         }
         if let Some(c) = pick_level(opts, v, cs, &targets, level) {
@@ -755,6 +763,37 @@ mod tests {
         // compacts.
         v.levels[0] = vec![table(&cleaner, 1, "a", "z", 30)];
         assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((1, 2, vec![10])));
+    }
+
+    #[test]
+    fn a_thread_is_kept_for_level_0_while_a_big_level_0_merges_into_the_base_level() {
+        let (cleaner, opts) = (cleaner(), tiny_levels());
+        let mut v = Version::empty(4);
+        v.levels[3] = vec![table(&cleaner, 30, "a", "z", 10_000)];
+        // Level 2, three times over its target of 1,000, with a table free to go down.
+        v.levels[2] = vec![table(&cleaner, 20, "a", "h", 1_500), table(&cleaner, 21, "i", "z", 1_500)];
+        v.levels[1] = vec![table(&cleaner, 10, "a", "z", 50)];
+        // Twelve level-0 tables (the urgent weight: halfway from 4 to 20) all being merged
+        // into the base level.
+        v.levels[0] = (1..=12).rev().map(|no| table(&cleaner, no, "a", "z", 10)).collect();
+        let merging = |v: &Version| {
+            let mut cs = Compacting::new(4);
+            cs.tables.extend(v.levels[0].iter().map(|f| f.no()).chain([10]));
+            (cs.l0, cs.running) = (true, 1);
+            cs
+        };
+        assert_eq!(picked(&opts, &v, &mut merging(&v)), None);
+        // Flushes land: once enough are free, they are merged among themselves.
+        let held = merging(&v);
+        for no in 40..46 {
+            v.levels[0].insert(0, table(&cleaner, no, "a", "z", 10));
+        }
+        let mut cs = held;
+        assert_eq!(picked(&opts, &v, &mut cs), Some((0, 0, (40..46).rev().collect())));
+        assert!(cs.intra_l0);
+        // Eleven level-0 tables being merged down: level 2 may take the other thread.
+        v.levels[0] = (1..=11).rev().map(|no| table(&cleaner, no, "a", "z", 10)).collect();
+        assert_eq!(picked(&opts, &v, &mut merging(&v)), Some((2, 3, vec![20, 30])));
     }
 
     #[test]
