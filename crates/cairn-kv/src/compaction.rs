@@ -141,8 +141,9 @@ fn user_range<'a>(files: impl Iterator<Item = &'a Arc<TableFile>>) -> Option<(Ve
 /// Added to level 0's score when it nears the slowdown trigger, above any level's score.
 const L0_URGENT: f64 = 1e9;
 
-/// Level-0 weight (of the tables not being compacted) from which level 0 is urgent: halfway
-/// from the compaction trigger to the slowdown trigger.
+/// Level-0 weight from which level 0 is urgent: halfway from the compaction trigger to the
+/// slowdown trigger. Scores count the tables no compaction holds; keeping a thread for level 0
+/// (`pick`) counts them all.
 fn l0_urgent_files(opts: &Options) -> usize {
     (opts.level0_compaction_trigger + opts.level0_slowdown_trigger).div_ceil(2)
 }
@@ -233,13 +234,16 @@ pub(crate) fn pick(opts: &Options, v: &Version, cs: &mut Compacting) -> Option<C
     // writers are slowed (RocksDB's rule too).
     let mut l0_waits_for_base = false;
     // While level 0 merges into the base level and, all its tables counted, weighs what
-    // makes it urgent, no compaction of a deeper level starts: the next free thread is kept
-    // for the intra-level-0 merge the flushes landing meanwhile will need. A deeper
-    // compaction started then (after a bulk load: the level-0 merge and one of the base
-    // level's, at once) held that thread for as long as the level-0 merge, so level 0 grew to
-    // the slowdown trigger with no thread to merge it; and on few cores it took CPU from the
-    // level-0 merge too.
-    let keep_for_l0 = cs.l0 && v.l0_weight(opts.memtable_size) >= l0_urgent_files(opts);
+    // makes it urgent, the last free thread starts no compaction of a deeper level: it is
+    // kept for the intra-level-0 merge the flushes landing meanwhile will need (one runs at a
+    // time, so not while one does). A deeper compaction started then (after a bulk load: the
+    // level-0 merge and one of the base level's, at once) held that thread for as long as the
+    // level-0 merge, so level 0 grew to the slowdown trigger with no thread to merge it; and
+    // on few cores it took CPU from the level-0 merge too.
+    let keep_for_l0 = cs.l0
+        && !cs.intra_l0
+        && cs.running + 1 >= opts.compaction_threads.max(1)
+        && v.l0_weight(opts.memtable_size) >= l0_urgent_files(opts);
     let mut found = None;
     for (level, _) in scores(opts, v, cs, &targets) {
         if level > 0 && (keep_for_l0 || (level == targets.base && l0_waits_for_base)) {
@@ -769,31 +773,52 @@ mod tests {
     fn a_thread_is_kept_for_level_0_while_a_big_level_0_merges_into_the_base_level() {
         let (cleaner, opts) = (cleaner(), tiny_levels());
         let mut v = Version::empty(4);
-        v.levels[3] = vec![table(&cleaner, 30, "a", "z", 10_000)];
+        v.levels[3] = vec![table(&cleaner, 30, "a", "h", 5_000), table(&cleaner, 31, "i", "z", 5_000)];
         // Level 2, three times over its target of 1,000, with a table free to go down.
         v.levels[2] = vec![table(&cleaner, 20, "a", "h", 1_500), table(&cleaner, 21, "i", "z", 1_500)];
         v.levels[1] = vec![table(&cleaner, 10, "a", "z", 50)];
         // Twelve level-0 tables (the urgent weight: halfway from 4 to 20) all being merged
         // into the base level.
         v.levels[0] = (1..=12).rev().map(|no| table(&cleaner, no, "a", "z", 10)).collect();
-        let merging = |v: &Version| {
+        let merging = |l0: &[Arc<crate::version::TableFile>]| {
             let mut cs = Compacting::new(4);
-            cs.tables.extend(v.levels[0].iter().map(|f| f.no()).chain([10]));
+            cs.tables.extend(l0.iter().map(|f| f.no()).chain([10]));
             (cs.l0, cs.running) = (true, 1);
             cs
         };
-        assert_eq!(picked(&opts, &v, &mut merging(&v)), None);
+        assert_eq!(picked(&opts, &v, &mut merging(&v.levels[0])), None);
         // Flushes land: once enough are free, they are merged among themselves.
-        let held = merging(&v);
+        let held = merging(&v.levels[0]);
         for no in 40..46 {
             v.levels[0].insert(0, table(&cleaner, no, "a", "z", 10));
         }
         let mut cs = held;
         assert_eq!(picked(&opts, &v, &mut cs), Some((0, 0, (40..46).rev().collect())));
         assert!(cs.intra_l0);
+        // With a third compaction thread, the second one may take level 2; the third is kept.
+        let three = Options { compaction_threads: 3, ..tiny_levels() };
+        v.levels[0] = (1..=12).rev().map(|no| table(&cleaner, no, "a", "z", 10)).collect();
+        let mut cs = merging(&v.levels[0]);
+        assert_eq!(picked(&three, &v, &mut cs), Some((2, 3, vec![20, 30])));
+        assert_eq!(picked(&three, &v, &mut cs), None);
+        // While an intra-level-0 merge runs beside the merge into the base level, nothing is
+        // kept: only one intra-level-0 merge runs at a time.
+        let mut cs = merging(&v.levels[0]);
+        (cs.intra_l0, cs.running) = (true, 2);
+        assert_eq!(picked(&three, &v, &mut cs), Some((2, 3, vec![20, 30])));
+        // Level 0 weighs its bytes too: ten tables of 80 MiB weigh 13 64-MiB memtables.
+        let big = Options { max_bytes_for_level_base: 100 << 30, ..tiny_levels() };
+        let mut w = Version::empty(4);
+        w.levels[3] = vec![table(&cleaner, 30, "a", "z", 1_000 << 30)];
+        w.levels[2] = vec![table(&cleaner, 20, "a", "h", 150 << 30), table(&cleaner, 21, "i", "z", 150 << 30)];
+        w.levels[1] = vec![table(&cleaner, 10, "a", "z", 5 << 30)];
+        w.levels[0] = (1..=10).rev().map(|no| table(&cleaner, no, "a", "z", 80 << 20)).collect();
+        assert_eq!(picked(&big, &w, &mut merging(&w.levels[0])), None);
+        w.levels[0].truncate(8);
+        assert_eq!(picked(&big, &w, &mut merging(&w.levels[0])), Some((2, 3, vec![20, 30])));
         // Eleven level-0 tables being merged down: level 2 may take the other thread.
         v.levels[0] = (1..=11).rev().map(|no| table(&cleaner, no, "a", "z", 10)).collect();
-        assert_eq!(picked(&opts, &v, &mut merging(&v)), Some((2, 3, vec![20, 30])));
+        assert_eq!(picked(&opts, &v, &mut merging(&v.levels[0])), Some((2, 3, vec![20, 30])));
     }
 
     #[test]
