@@ -4,6 +4,8 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 use crate::db::DbInner;
 use crate::error::IoContext;
@@ -24,6 +26,9 @@ pub(crate) struct Compaction {
     pub inputs: Vec<Arc<TableFile>>,
     pub next: Vec<Arc<TableFile>>,
     pub bottommost: bool,
+    /// How far it has got, for a compaction from level 0 into a lower level that `pick` chose
+    /// (shared with [`Compacting::l0_merge`]).
+    pub progress: Option<Arc<MergeProgress>>,
 }
 
 impl Compaction {
@@ -49,11 +54,47 @@ pub(crate) struct Compacting {
     pub running: usize,
     /// Per level, the largest user key of the last table compacted.
     pub pointer: Vec<Vec<u8>>,
+    /// How far the running compaction from level 0 into a lower level has got.
+    pub l0_merge: Option<Arc<MergeProgress>>,
+}
+
+/// How far a compaction has got: entries read of all its input tables hold.
+pub(crate) struct MergeProgress {
+    started: Instant,
+    total: u64,
+    read: AtomicU64,
+}
+
+impl MergeProgress {
+    fn new(total: u64) -> Self {
+        MergeProgress { started: Instant::now(), total, read: AtomicU64::new(0) }
+    }
+
+    fn add(&self, entries: u64) {
+        self.read.fetch_add(entries, Ordering::Relaxed);
+    }
+
+    /// Time the compaction still needs at its average speed so far; `None` until it has read
+    /// 2 % of its entries (and for 100 ms), too early to tell.
+    fn time_left(&self) -> Option<Duration> {
+        let (read, elapsed) = (self.read.load(Ordering::Relaxed), self.started.elapsed());
+        if read == 0 || read < self.total / 50 || elapsed < Duration::from_millis(100) {
+            return None;
+        }
+        Some(elapsed.mul_f64(self.total.saturating_sub(read) as f64 / read as f64))
+    }
 }
 
 impl Compacting {
     pub fn new(levels: usize) -> Self {
-        Compacting { tables: HashSet::new(), l0: false, intra_l0: false, running: 0, pointer: vec![Vec::new(); levels] }
+        Compacting {
+            tables: HashSet::new(),
+            l0: false,
+            intra_l0: false,
+            running: 0,
+            pointer: vec![Vec::new(); levels],
+            l0_merge: None,
+        }
     }
 
     fn holds(&self, f: &TableFile) -> bool {
@@ -219,6 +260,26 @@ fn scores(opts: &Options, v: &Version, cs: &Compacting, targets: &LevelTargets) 
     out
 }
 
+/// Bytes per second writes may make, with level 0 at its slowdown trigger or over it, and
+/// still leave level 0 under its stop trigger until the running compaction from level 0 into a
+/// lower level ends, and under its slowdown trigger once it has (its tables gone): the
+/// memtables' worth of room left both ways, less `pending_memtables` (those not yet flushed,
+/// the one being written included), spread over the time the compaction still needs at its
+/// speed so far. 0 when no such compaction runs, when it is too early to tell how long it
+/// needs, or when there is no room. Writes are then held to this rate, not slower, when
+/// [`Options::delayed_write_rate`] would hold them slower: slowed for no reason, writers
+/// lost half a run to a level 0 that a bulk load had left one flush short of the trigger,
+/// while the merge of those tables was going to end before level 0 came near the stop.
+pub(crate) fn catch_up_rate(opts: &Options, v: &Version, cs: &Compacting, pending_memtables: usize) -> u64 {
+    let Some(left) = cs.l0_merge.as_ref().and_then(|m| m.time_left()) else { return 0 };
+    let all = v.l0_weight(opts.memtable_size);
+    let free = l0_weight(v.levels[0].iter().filter(|f| !cs.holds(f)), opts.memtable_size);
+    let room = (opts.level0_stop_trigger.saturating_sub(all + 1))
+        .min(opts.level0_slowdown_trigger.saturating_sub(free + 1))
+        .saturating_sub(pending_memtables);
+    (room as f64 * opts.memtable_size as f64 / left.as_secs_f64().max(1e-3)) as u64
+}
+
 /// The level most in need of compaction (score >= 1), if any, ignoring tables being compacted.
 pub(crate) fn needs_compaction(opts: &Options, v: &Version, cs: &Compacting) -> Option<(usize, f64)> {
     scores(opts, v, cs, &LevelTargets::new(opts, v)).first().copied()
@@ -257,7 +318,7 @@ pub(crate) fn pick(opts: &Options, v: &Version, cs: &mut Compacting) -> Option<C
             l0_waits_for_base = true;
         }
     }
-    let c = found?;
+    let mut c = found?;
     for f in c.all() {
         cs.tables.insert(f.no());
     }
@@ -265,6 +326,9 @@ pub(crate) fn pick(opts: &Options, v: &Version, cs: &mut Compacting) -> Option<C
         cs.intra_l0 = true;
     } else if c.level == 0 {
         cs.l0 = true;
+        let progress = Arc::new(MergeProgress::new(c.all().map(|f| f.info.num_entries).sum()));
+        c.progress = Some(progress.clone());
+        cs.l0_merge = Some(progress);
     }
     cs.running += 1;
     Some(c)
@@ -305,12 +369,12 @@ fn pick_level(
                 return Some(c);
             }
         }
-        Compaction { level, output_level, inputs, next, bottommost: false }
+        Compaction { level, output_level, inputs, next, bottommost: false, progress: None }
     } else {
         let output_level = level + 1;
         let (f, next) = least_overlap(v, level, &cs.tables, &cs.pointer[level])?;
         cs.pointer[level] = f.info.largest_user().to_vec();
-        Compaction { level, output_level, inputs: vec![f], next, bottommost: false }
+        Compaction { level, output_level, inputs: vec![f], next, bottommost: false, progress: None }
     };
     let (lo, hi) = user_range(c.all())?;
     let bottommost = !v.has_data_below(c.output_level, &lo, &hi);
@@ -399,7 +463,14 @@ fn pick_intra_l0(opts: &Options, v: &Version, cs: &Compacting, weigh_cost: bool)
         return None;
     }
     // Never bottommost: older level-0 tables beside the output may hold older versions.
-    Some(Compaction { level: 0, output_level: 0, inputs: files[..n].to_vec(), next: Vec::new(), bottommost: false })
+    Some(Compaction {
+        level: 0,
+        output_level: 0,
+        inputs: files[..n].to_vec(),
+        next: Vec::new(),
+        bottommost: false,
+        progress: None,
+    })
 }
 
 /// Runs a picked compaction and installs its result.
@@ -437,6 +508,7 @@ fn run_with(inner: &Arc<DbInner>, c: Compaction, force_rewrite: bool) -> Result<
         st.compaction.intra_l0 = false;
     } else if level == 0 {
         st.compaction.l0 = false;
+        st.compaction.l0_merge = None;
     }
     st.compaction.running -= 1;
     if applied.is_ok() {
@@ -628,6 +700,8 @@ fn merge_range(
     out.pace(inner.pacer.clone(), pace_as, target);
     let mut alloc = || inner.state.lock().alloc_file_no();
     let mut read_bytes = 0u64;
+    // Entries read and not yet added to `progress` (added in steps: subcompactions share it).
+    let mut unreported = 0u64;
     match lo {
         None => it.seek_to_first()?,
         Some(lo) => it.seek(&key::lookup_key(lo, key::MAX_SEQ))?,
@@ -640,11 +714,21 @@ fn merge_range(
             break;
         }
         read_bytes += (it.key().len() + it.value().len()) as u64;
+        unreported += 1;
+        if unreported == 4096 {
+            if let Some(p) = &c.progress {
+                p.add(unreported);
+            }
+            unreported = 0;
+        }
         if filter.keep(it.key()) {
             let hot = rewarm && it.in_hot_block();
             out.add_marked(it.key(), it.value(), hot, &mut alloc)?;
         }
         it.next()?;
+    }
+    if let Some(p) = &c.progress {
+        p.add(unreported);
     }
     let (files, written, hot) = out.finish_unsynced_hot(filter.tombstones_applied(max_tombstone))?;
     Ok(Piece { files, read_bytes, written, hot })
@@ -684,7 +768,7 @@ pub(crate) fn compact_all(inner: &Arc<DbInner>) -> Result<()> {
             // When the next level is rewritten whole and nothing lies deeper, this is the last step.
             let last_step = next.len() == v.levels[output_level].len()
                 && v.levels.iter().skip(output_level + 1).all(|l| l.is_empty());
-            (Compaction { level, output_level, inputs, next, bottommost }, last_step)
+            (Compaction { level, output_level, inputs, next, bottommost, progress: None }, last_step)
         };
         let output_level = c.0.output_level;
         // Force a rewrite even for a lone table, so tombstones and old versions are dropped.
@@ -702,8 +786,10 @@ pub(crate) fn compact_all(inner: &Arc<DbInner>) -> Result<()> {
 mod tests {
     use std::collections::HashSet;
     use std::sync::Arc;
+    use std::sync::atomic::AtomicU64;
+    use std::time::{Duration, Instant};
 
-    use super::{Compacting, LevelTargets, intra_l0_span, least_overlap, pick};
+    use super::{Compacting, LevelTargets, MergeProgress, catch_up_rate, intra_l0_span, least_overlap, pick};
     use crate::Options;
     use crate::block_cache::BlockCache;
     use crate::storage::Storage;
@@ -750,6 +836,12 @@ mod tests {
         // level 0 goes first.
         v.levels[0] = vec![table(&cleaner, 1, "a", "z", 300), table(&cleaner, 2, "a", "z", 300)];
         assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((0, 1, vec![1, 2, 10, 11])));
+        // Its progress is followed, against the entries of all four tables (one each here).
+        let mut cs = Compacting::new(4);
+        let c = pick(&opts, &v, &mut cs).unwrap();
+        let progress = c.progress.as_ref().unwrap();
+        assert!(Arc::ptr_eq(progress, cs.l0_merge.as_ref().unwrap()));
+        assert_eq!(progress.total, 4);
         // With a base-level table held by a running compaction, level 0 cannot go (and two
         // tables are too few to merge among themselves); the base level's other table must not
         // start a compaction of its own either, or level 0 would wait behind one after another.
@@ -767,6 +859,55 @@ mod tests {
         // compacts.
         v.levels[0] = vec![table(&cleaner, 1, "a", "z", 30)];
         assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((1, 2, vec![10])));
+    }
+
+    #[test]
+    fn writes_are_held_only_as_much_as_the_running_level_0_merge_needs() {
+        let (cleaner, opts) = (cleaner(), Options { memtable_size: 1_000, ..tiny_levels() });
+        assert_eq!((opts.level0_slowdown_trigger, opts.level0_stop_trigger), (20, 36));
+        let mut v = Version::empty(4);
+        v.levels[3] = vec![table(&cleaner, 30, "a", "z", 100_000)];
+        // Eighteen level-0 tables being merged into the base level, two flushes since.
+        v.levels[0] = (1..=20).rev().map(|no| table(&cleaner, no, "a", "z", 100)).collect();
+        let mut cs = Compacting::new(4);
+        cs.tables.extend((1..=18).chain([30]));
+        (cs.l0, cs.running) = (true, 1);
+        let merge = |secs: u64, read: u64| {
+            let started = Instant::now().checked_sub(Duration::from_secs(secs)).unwrap();
+            Some(Arc::new(MergeProgress { started, total: 1_000, read: AtomicU64::new(read) }))
+        };
+        // No merge, or too early to tell how long it needs: no rate.
+        assert_eq!(catch_up_rate(&opts, &v, &cs, 1), 0);
+        cs.l0_merge = merge(10, 19);
+        assert_eq!(catch_up_rate(&opts, &v, &cs, 1), 0);
+        cs.l0_merge = Some(Arc::new(MergeProgress::new(1_000)));
+        assert_eq!(catch_up_rate(&opts, &v, &cs, 1), 0);
+        // Half done in 10 s: 10 s left. Room before the stop trigger: 36 - 21 = 15 flushes;
+        // after the merge, 20 - 3 = 17; one memtable not yet flushed: 14 memtables in 10 s.
+        cs.l0_merge = merge(10, 500);
+        let rate = catch_up_rate(&opts, &v, &cs, 1);
+        assert!((1_390..=1_400).contains(&rate), "{rate}");
+        // Three memtables waiting for their flush: 12 in 10 s.
+        let rate = catch_up_rate(&opts, &v, &cs, 3);
+        assert!((1_190..=1_200).contains(&rate), "{rate}");
+        // A quarter done in 10 s: 30 s left.
+        cs.l0_merge = merge(10, 250);
+        let rate = catch_up_rate(&opts, &v, &cs, 1);
+        assert!((463..=467).contains(&rate), "{rate}");
+        // Level 0 weighs its bytes: the two new tables hold 5 memtables' worth, so the room
+        // after the merge binds (20 - 6 = 14, less one memtable).
+        v.levels[0][0] = table(&cleaner, 20, "a", "z", 4_500);
+        cs.l0_merge = merge(10, 500);
+        let rate = catch_up_rate(&opts, &v, &cs, 1);
+        assert!((1_290..=1_300).contains(&rate), "{rate}");
+        // Most of level 0 is new flushes: the merge ending leaves level 0 at the trigger.
+        v.levels[0] = (1..=20).rev().map(|no| table(&cleaner, no, "a", "z", 100)).collect();
+        cs.tables = (1..=2).chain([30]).collect();
+        assert_eq!(catch_up_rate(&opts, &v, &cs, 1), 0);
+        // Level 0 one table short of the stop trigger: no room.
+        v.levels[0] = (1..=35).rev().map(|no| table(&cleaner, no, "a", "z", 100)).collect();
+        cs.tables = (1..=30).collect();
+        assert_eq!(catch_up_rate(&opts, &v, &cs, 0), 0);
     }
 
     #[test]

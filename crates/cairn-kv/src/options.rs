@@ -63,7 +63,11 @@ pub struct Options {
     /// Bytes per second writers are held to once level 0 reaches `level0_slowdown_trigger`
     /// (default 16 MiB/s, as RocksDB's). The rate falls in proportion as level 0 nears
     /// `level0_stop_trigger`: one table short of it, writes get 1/(stop - slowdown) of it.
-    /// Writers sleep in steps of a millisecond or more.
+    /// While level 0 merges into a lower level, writes are held no slower than the rate that
+    /// still leaves level 0 under the stop trigger until that merge ends (at its speed so
+    /// far) and under the slowdown trigger once it has: a level 0 about to be freed of the
+    /// tables being merged does not slow them for nothing. Writers sleep in steps of a
+    /// millisecond or more.
     pub delayed_write_rate: u64,
     /// Target size of level 1, or with `dynamic_level_bytes` the most the base level (the
     /// level that level 0 compacts into) may hold (default 256 MiB).

@@ -296,9 +296,10 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
         if l0 < slowdown {
             wal.slowdown_owed = Duration::ZERO;
         } else if !slowed {
+            let rate = slowdown_rate(inner.opts.delayed_write_rate, l0, slowdown, stop)
+                .max(crate::compaction::catch_up_rate(&inner.opts, &st.version, &st.compaction, st.imms.len() + 1));
             drop(st);
             slowed = true;
-            let rate = slowdown_rate(inner.opts.delayed_write_rate, l0, slowdown, stop);
             wal.slowdown_owed += Duration::from_secs_f64(bytes as f64 / rate as f64);
             if wal.slowdown_owed >= Duration::from_millis(1) {
                 let t = Instant::now();
