@@ -58,16 +58,24 @@ pub(crate) struct Compacting {
     pub l0_merge: Option<Arc<MergeProgress>>,
 }
 
-/// How far a compaction has got: entries read of all its input tables hold.
+/// How far a compaction from level 0 into a lower level has got: entries read of all its
+/// input tables hold.
 pub(crate) struct MergeProgress {
     started: Instant,
     total: u64,
     read: AtomicU64,
+    /// Its level-0 tables, which leave level 0 when it ends.
+    level0: HashSet<u64>,
 }
 
 impl MergeProgress {
-    fn new(total: u64) -> Self {
-        MergeProgress { started: Instant::now(), total, read: AtomicU64::new(0) }
+    fn new(c: &Compaction) -> Self {
+        MergeProgress {
+            started: Instant::now(),
+            total: c.all().map(|f| f.info.num_entries).sum(),
+            read: AtomicU64::new(0),
+            level0: c.inputs.iter().map(|f| f.no()).collect(),
+        }
     }
 
     fn add(&self, entries: u64) {
@@ -262,8 +270,9 @@ fn scores(opts: &Options, v: &Version, cs: &Compacting, targets: &LevelTargets) 
 
 /// Bytes per second writes may make, with level 0 at its slowdown trigger or over it, and
 /// still leave level 0 under its stop trigger until the running compaction from level 0 into a
-/// lower level ends, and under its slowdown trigger once it has (its tables gone): the
-/// memtables' worth of room left both ways, less `pending_memtables` (those not yet flushed,
+/// lower level ends, and under its slowdown trigger once it has (its tables gone; those of an
+/// intra-level-0 merge running beside it stay, merged into one): the memtables' worth of
+/// room left both ways, less `pending_memtables` (those not yet flushed,
 /// the one being written included), spread over the time the compaction still needs at its
 /// speed so far. 0 when no such compaction runs, when it is too early to tell how long it
 /// needs, or when there is no room. Writes are then held to this rate, not slower, when
@@ -271,11 +280,12 @@ fn scores(opts: &Options, v: &Version, cs: &Compacting, targets: &LevelTargets) 
 /// lost half a run to a level 0 that a bulk load had left one flush short of the trigger,
 /// while the merge of those tables was going to end before level 0 came near the stop.
 pub(crate) fn catch_up_rate(opts: &Options, v: &Version, cs: &Compacting, pending_memtables: usize) -> u64 {
-    let Some(left) = cs.l0_merge.as_ref().and_then(|m| m.time_left()) else { return 0 };
+    let Some(merge) = &cs.l0_merge else { return 0 };
+    let Some(left) = merge.time_left() else { return 0 };
     let all = v.l0_weight(opts.memtable_size);
-    let free = l0_weight(v.levels[0].iter().filter(|f| !cs.holds(f)), opts.memtable_size);
+    let after = l0_weight(v.levels[0].iter().filter(|f| !merge.level0.contains(&f.no())), opts.memtable_size);
     let room = (opts.level0_stop_trigger.saturating_sub(all + 1))
-        .min(opts.level0_slowdown_trigger.saturating_sub(free + 1))
+        .min(opts.level0_slowdown_trigger.saturating_sub(after + 1))
         .saturating_sub(pending_memtables);
     (room as f64 * opts.memtable_size as f64 / left.as_secs_f64().max(1e-3)) as u64
 }
@@ -326,7 +336,7 @@ pub(crate) fn pick(opts: &Options, v: &Version, cs: &mut Compacting) -> Option<C
         cs.intra_l0 = true;
     } else if c.level == 0 {
         cs.l0 = true;
-        let progress = Arc::new(MergeProgress::new(c.all().map(|f| f.info.num_entries).sum()));
+        let progress = Arc::new(MergeProgress::new(&c));
         c.progress = Some(progress.clone());
         cs.l0_merge = Some(progress);
     }
@@ -872,41 +882,45 @@ mod tests {
         let mut cs = Compacting::new(4);
         cs.tables.extend((1..=18).chain([30]));
         (cs.l0, cs.running) = (true, 1);
-        let merge = |secs: u64, read: u64| {
+        let merge = |secs: u64, read: u64, level0: std::ops::RangeInclusive<u64>| {
             let started = Instant::now().checked_sub(Duration::from_secs(secs)).unwrap();
-            Some(Arc::new(MergeProgress { started, total: 1_000, read: AtomicU64::new(read) }))
+            let level0 = level0.collect();
+            Some(Arc::new(MergeProgress { started, total: 1_000, read: AtomicU64::new(read), level0 }))
         };
         // No merge, or too early to tell how long it needs: no rate.
         assert_eq!(catch_up_rate(&opts, &v, &cs, 1), 0);
-        cs.l0_merge = merge(10, 19);
+        cs.l0_merge = merge(10, 19, 1..=18);
         assert_eq!(catch_up_rate(&opts, &v, &cs, 1), 0);
-        cs.l0_merge = Some(Arc::new(MergeProgress::new(1_000)));
+        cs.l0_merge = merge(0, 0, 1..=18);
         assert_eq!(catch_up_rate(&opts, &v, &cs, 1), 0);
         // Half done in 10 s: 10 s left. Room before the stop trigger: 36 - 21 = 15 flushes;
         // after the merge, 20 - 3 = 17; one memtable not yet flushed: 14 memtables in 10 s.
-        cs.l0_merge = merge(10, 500);
+        cs.l0_merge = merge(10, 500, 1..=18);
         let rate = catch_up_rate(&opts, &v, &cs, 1);
         assert!((1_390..=1_400).contains(&rate), "{rate}");
         // Three memtables waiting for their flush: 12 in 10 s.
         let rate = catch_up_rate(&opts, &v, &cs, 3);
         assert!((1_190..=1_200).contains(&rate), "{rate}");
         // A quarter done in 10 s: 30 s left.
-        cs.l0_merge = merge(10, 250);
+        cs.l0_merge = merge(10, 250, 1..=18);
         let rate = catch_up_rate(&opts, &v, &cs, 1);
         assert!((463..=467).contains(&rate), "{rate}");
         // Level 0 weighs its bytes: the two new tables hold 5 memtables' worth, so the room
         // after the merge binds (20 - 6 = 14, less one memtable).
         v.levels[0][0] = table(&cleaner, 20, "a", "z", 4_500);
-        cs.l0_merge = merge(10, 500);
+        cs.l0_merge = merge(10, 500, 1..=18);
         let rate = catch_up_rate(&opts, &v, &cs, 1);
         assert!((1_290..=1_300).contains(&rate), "{rate}");
-        // Most of level 0 is new flushes: the merge ending leaves level 0 at the trigger.
+        // Most of level 0 is new flushes: the merge ending leaves level 0 at the trigger,
+        // though six of them are being merged among themselves (they stay in level 0).
         v.levels[0] = (1..=20).rev().map(|no| table(&cleaner, no, "a", "z", 100)).collect();
-        cs.tables = (1..=2).chain([30]).collect();
+        cs.tables = (1..=8).chain([30]).collect();
+        cs.l0_merge = merge(10, 500, 1..=2);
         assert_eq!(catch_up_rate(&opts, &v, &cs, 1), 0);
         // Level 0 one table short of the stop trigger: no room.
         v.levels[0] = (1..=35).rev().map(|no| table(&cleaner, no, "a", "z", 100)).collect();
         cs.tables = (1..=30).collect();
+        cs.l0_merge = merge(10, 500, 1..=30);
         assert_eq!(catch_up_rate(&opts, &v, &cs, 0), 0);
     }
 
