@@ -120,12 +120,53 @@ pub(crate) struct Wal {
     pub spare: Option<crate::spare_log::SpareLog>,
     /// The log the last memtable switch left, while it is being ended on a thread of its own.
     pub sealing: Option<crate::spare_log::SealingLog>,
+    /// Logs memtable switches left without ending them, oldest first, with their numbers: no
+    /// synced write went into them, so nothing waits for their records to be durable. The
+    /// next synced write ends them first (its acknowledgement promises every earlier write
+    /// durable); one whose memtable is flushed first is dropped unended, its records never
+    /// synced (see `write::switch_memtable`). All are newer than `sealing`'s.
+    pub unended: std::collections::VecDeque<(u64, LogWriter)>,
+    /// Whether a synced write went into `writer`.
+    pub synced: bool,
 }
 
 impl Wal {
+    /// A log in use, with nothing left behind.
+    pub fn new(writer: LogWriter, spare: Option<crate::spare_log::SpareLog>) -> Wal {
+        Wal {
+            writer,
+            slowdown_owed: std::time::Duration::ZERO,
+            spare,
+            sealing: None,
+            unended: Default::default(),
+            synced: false,
+        }
+    }
+
     /// Waits until the log the last memtable switch left is ended, if one is being ended.
     pub fn wait_for_end(&mut self) -> Result<()> {
         self.sealing.take().map_or(Ok(()), crate::spare_log::SealingLog::wait)
+    }
+
+    /// Makes every log before the current one durable: waits for the one being ended, drops
+    /// the unended ones numbered below `needed` (the oldest log whose memtable is not flushed
+    /// yet: the others' records are in tables) and ends the rest, oldest first. A synced
+    /// write calls it before its own sync, a clean close before ending the current log.
+    pub fn end_earlier(&mut self, needed: u64) -> Result<()> {
+        self.wait_for_end()?;
+        while let Some((number, mut log)) = self.unended.pop_front() {
+            if number >= needed {
+                crate::spare_log::end_wal(&mut log, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops the unended logs numbered below `needed`: their memtables are flushed.
+    pub fn drop_flushed(&mut self, needed: u64) {
+        while self.unended.front().is_some_and(|(number, _)| *number < needed) {
+            self.unended.pop_front();
+        }
     }
 }
 
@@ -392,8 +433,15 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     }
     let mut wal = inner.wal.lock();
     let spare = wal.spare.take();
-    let ended = wal.wait_for_end();
+    let needed = {
+        let st = inner.state.lock();
+        st.imms.front().unwrap_or(&st.mem).wal_number()
+    };
+    // Logs left unended are ended (their memtables not flushed), unless the engine is
+    // poisoned: then no file is touched (below), and they are dropped.
+    let ended = if inner.is_poisoned() { wal.wait_for_end() } else { wal.end_earlier(needed) };
     if inner.is_poisoned() {
+        wal.unended.clear();
         // Touch no file: the storage may be failing, or already in other hands (a crash
         // test reopens it while this handle is still alive). A leftover spare is replayed as
         // an empty log. Dropping it waits for its thread.

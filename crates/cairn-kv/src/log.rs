@@ -117,6 +117,12 @@ impl LogWriter {
         self.file.seal().at(&self.path)
     }
 
+    /// Whether the file writes its filled parts to the device as it goes, ahead of the next
+    /// sync ([`crate::storage::WritableFile::set_write_back`]; off for a new log).
+    pub fn set_write_back(&mut self, on: bool) {
+        self.file.set_write_back(on);
+    }
+
     /// Bytes written, header included.
     pub fn len(&self) -> u64 {
         self.file.len()

@@ -235,7 +235,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     };
     // Made after the new MANIFEST, for the reason the new WAL is; numbered above it.
     let spare = Some(SpareLog::start(&storage, dir, spare_no));
-    let wal = Wal { writer, slowdown_owed: std::time::Duration::ZERO, spare, sealing: None };
+    let wal = Wal::new(writer, spare);
     Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock))
 }
 

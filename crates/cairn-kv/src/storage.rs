@@ -86,6 +86,14 @@ pub trait WritableFile: Send {
         self.sync()?;
         Ok(Box::new(|| Ok(())))
     }
+    /// Whether the file starts writing its filled parts to the device as it goes (`on`), so
+    /// that the next sync waits for little more than the last part, or leaves them to the
+    /// operating system (off). A log whose records nobody waits to see durable, deleted once
+    /// its memtable is flushed, then never costs the device its bytes. Files that write back
+    /// nothing ahead of a sync (the default) ignore it.
+    fn set_write_back(&mut self, on: bool) {
+        let _ = on;
+    }
 }
 
 /// A sync returned by [`WritableFile::sync_later`].

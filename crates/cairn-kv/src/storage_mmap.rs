@@ -14,9 +14,13 @@
 //! threads of the log's do (each seen to take milliseconds, and up
 //! to 0.1 s with a compaction keeping the disk busy, in traces of 10M-record loads). One
 //! reserves and maps the next segment (`fallocate`, `mmap`, and faulting its pages in) while
-//! the writer fills the current one. The other unmaps each filled segment and starts its
-//! write-back (`sync_file_range`), so that a sync waits for little more than the last
-//! segment. Without the threads (if they cannot be started) the writer does both itself.
+//! the writer fills the current one. The other unmaps each filled segment and, while the log
+//! is told to write back ([`WritableFile::set_write_back`]: synced writes go into it), starts
+//! its write-back (`sync_file_range`), so that a sync waits for little more than the last
+//! segment. A log no synced write goes into leaves its pages to the operating system, which
+//! writes none of them if the log is deleted first (its memtable flushed within the kernel's
+//! 30 s writeback delay): without fsync, a write costs the device no log bytes. Without the
+//! threads (if they cannot be started) the writer does both itself.
 //!
 //! Besides the arena skiplist, this is cairn-kv's only `unsafe` code: `mmap`, `madvise`,
 //! `munmap`, `fallocate`, `sync_file_range` (also for plain files' [`start_write_back`]),
@@ -69,6 +73,8 @@ pub(crate) struct MappedLog {
     helpers: Option<Helpers>,
     /// Whether to start them (tests turn them off to check the writer alone).
     want_helpers: bool,
+    /// Whether filled segments are written back as they are retired (see the module doc).
+    write_back: bool,
 }
 
 /// The segment after the current one.
@@ -85,8 +91,8 @@ struct Helpers {
     prepare: mpsc::Sender<(usize, bool)>,
     preparing: std::thread::JoinHandle<()>,
     prepared: mpsc::Receiver<io::Result<Segment>>,
-    /// Filled segments to unmap and write back, with their indexes.
-    retire: mpsc::Sender<(usize, Segment)>,
+    /// Filled segments to unmap (and write back, when `true`), with their indexes.
+    retire: mpsc::Sender<(usize, Segment, bool)>,
 }
 
 impl Helpers {
@@ -101,10 +107,10 @@ impl Helpers {
                 }
             }
         })?;
-        let (retire, retire_rx) = mpsc::channel::<(usize, Segment)>();
+        let (retire, retire_rx) = mpsc::channel::<(usize, Segment, bool)>();
         std::thread::Builder::new().name("cairn-wal-wb".into()).spawn(move || {
-            for (index, segment) in retire_rx {
-                retire_segment(&wb_file, index, segment);
+            for (index, segment, write_back) in retire_rx {
+                retire_segment(&wb_file, index, segment, write_back);
             }
         })?;
         Ok(Helpers { prepare, preparing, prepared, retire })
@@ -154,12 +160,14 @@ fn prepare_segment(file: &File, index: usize, reserve: bool, populate: bool) -> 
     Ok(Segment(ptr))
 }
 
-/// Unmaps filled segment `index` and starts its write-back. Unmapped first: write-back of
-/// mapped pages write-protects them, one TLB shootdown across every core running the process
-/// per page. Best effort: a write-back error shows again at the next sync.
-fn retire_segment(file: &File, index: usize, segment: Segment) {
+/// Unmaps filled segment `index` and, with `write_back`, starts its write-back. Unmapped
+/// first: write-back of mapped pages write-protects them, one TLB shootdown across every core
+/// running the process per page. Best effort: a write-back error shows again at the next sync.
+fn retire_segment(file: &File, index: usize, segment: Segment, write_back: bool) {
     drop(segment);
-    let _ = start_write_back(file, index as u64 * SEGMENT as u64, SEGMENT as u64);
+    if write_back {
+        let _ = start_write_back(file, index as u64 * SEGMENT as u64, SEGMENT as u64);
+    }
 }
 
 /// Starts write-back of `len` bytes of `file` from `offset` (`len` 0: through the end) without
@@ -202,6 +210,7 @@ impl MappedLog {
             ahead: Ahead::None,
             helpers: None,
             want_helpers,
+            write_back: false,
         };
         log.reserve_through(1)?;
         Ok(log)
@@ -244,16 +253,18 @@ impl MappedLog {
     /// Maps segment `index` (reserved) in place of the current one, and asks for the next.
     fn map(&mut self, index: usize) -> io::Result<()> {
         if let Some((filled, segment)) = self.current.take() {
-            // The filled segment will not change again: unmap it and start writing it back
-            // now, so that the `fdatasync` at the next sync or memtable switch waits for the
-            // last segment only, not for a whole memtable's log.
+            // The filled segment will not change again: unmap it and (while synced writes go
+            // into the log) start writing it back now, so that the `fdatasync` at the next
+            // sync or memtable switch waits for the last segment only, not for a whole
+            // memtable's log.
+            let wb = self.write_back;
             match &self.helpers {
                 Some(h) => {
-                    if let Err(mpsc::SendError((filled, segment))) = h.retire.send((filled, segment)) {
-                        retire_segment(&self.file, filled, segment);
+                    if let Err(mpsc::SendError((filled, segment, wb))) = h.retire.send((filled, segment, wb)) {
+                        retire_segment(&self.file, filled, segment, wb);
                     }
                 }
-                None => retire_segment(&self.file, filled, segment),
+                None => retire_segment(&self.file, filled, segment, wb),
             }
         }
         if self.helpers.is_none() && self.want_helpers {
@@ -357,6 +368,10 @@ impl WritableFile for MappedLog {
         // `fdatasync` through any descriptor of the file writes back the pages dirtied
         // through the map, including those another thread dirties meanwhile.
         Ok(crate::storage::sync_data_later(&self.file))
+    }
+
+    fn set_write_back(&mut self, on: bool) {
+        self.write_back = on;
     }
 
     fn len(&self) -> u64 {

@@ -157,9 +157,18 @@ fn lead(inner: &Arc<DbInner>, reqs: &mut [WriteRequest], defer_sync: bool) -> (V
     parts.push(&head);
     parts.extend(reps);
     let record_len: usize = parts.iter().map(|p| p.len()).sum();
-    // A synced write's acknowledgement promises every earlier write durable: those in the log
-    // the last memtable switch left too.
-    let sealed = if sync { wal.wait_for_end() } else { Ok(()) };
+    // A synced write's acknowledgement promises every earlier write durable: those in the logs
+    // earlier memtable switches left too. From the first one on, the log writes its filled
+    // segments back as it goes, so that the next sync finds little left to write.
+    let sealed = if sync && !wal.synced {
+        let sv = inner.sv.load();
+        let needed = sv.imms.last().unwrap_or(&sv.mem).wal_number();
+        wal.synced = true;
+        wal.writer.set_write_back(true);
+        wal.end_earlier(needed)
+    } else {
+        Ok(())
+    };
     let logged = sealed.and_then(|()| wal.writer.add_record_parts(&parts)).and_then(|_| wal.writer.flush());
     let logged = logged.and_then(|()| match (sync, defer_sync) {
         (false, _) => Ok(None),
@@ -364,14 +373,30 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
             return Err(e);
         }
     };
-    let old_log = std::mem::replace(&mut wal.writer, writer);
-    wal.sealing = Some(SealingLog::start(old_log, inner.failpoint_fn("wal.seal")));
+    let mut old_log = Some(std::mem::replace(&mut wal.writer, writer));
+    // A log that synced writes went into is ended now (they are likely to go on, and the next
+    // one waits for it). One that none went into is left as it is: nothing waits for its
+    // records to be durable until a synced write comes, which ends it first; if its memtable
+    // is flushed before that, it is deleted without ever being synced, and without fsync a
+    // write costs the device no log bytes (the table holds them). A power cut may then take
+    // more unsynced writes than the current log's, still only a suffix: recovery stops
+    // before a log whose numbers skip past one that was not ended (point in time).
+    let synced = std::mem::replace(&mut wal.synced, false);
+    wal.writer.set_write_back(synced);
+    if synced {
+        debug_assert!(wal.unended.is_empty(), "a synced write ends every earlier log");
+        wal.sealing = old_log.take().map(|log| SealingLog::start(log, inner.failpoint_fn("wal.seal")));
+    }
     let mut st = inner.state.lock();
     // The next log is numbered above this one (and every table numbered so far, which does
     // not matter: only logs are ordered by number).
     wal.spare = Some(SpareLog::start(&inner.storage, &inner.dir, st.alloc_file_no()));
     let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number, inner.opts.memtable_size)));
+    if let Some(log) = old_log {
+        wal.unended.push_back((old.wal_number(), log));
+    }
     st.imms.push_back(old);
+    wal.drop_flushed(st.imms.front().map_or(number, |m| m.wal_number()));
     inner.install_super_version(&st);
     inner.bg_cv.notify_all();
     Ok(())

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cairn_kv::log::{LogTail, LogWriter, read_log};
 use cairn_kv::storage::Storage;
-use cairn_kv::{Db, FsStorage, Options, WriteBatch, WriteOptions};
+use cairn_kv::{Db, FsStorage, MemStorage, Options, WriteBatch, WriteOptions};
 
 use crate::copy_dir;
 
@@ -205,9 +205,10 @@ impl Drop for OpenOnDrop {
     }
 }
 
-/// A memtable switch ends the log it leaves (its end record, an empty record, after its
-/// records are durable) on a thread of its own: writes that do not ask for a sync go on into
-/// the next log meanwhile, and a synced write waits for the end.
+/// A memtable switch ends the log it leaves, when a synced write went into it (its end
+/// record, an empty record, after its records are durable), on a thread of its own: writes
+/// that do not ask for a sync go on into the next log meanwhile, and a synced write waits for
+/// the end.
 #[test]
 fn the_log_a_switch_leaves_is_ended_off_the_writers_path() {
     let dir = tempfile::tempdir().unwrap();
@@ -233,7 +234,9 @@ fn the_log_a_switch_leaves_is_ended_off_the_writers_path() {
         b.put(format!("key{i:06}"), [b'v'; 200]).unwrap();
         db.write_opt(b, WriteOptions { sync: false }).unwrap();
     };
-    // Up to the switch, then no further: a second switch would wait for the held end.
+    // A synced write into the first log, then writes up to the switch, and no further: a
+    // second switch would wait for the held end.
+    db.put(b"synced first", b"1").unwrap();
     let mut i = 0u32;
     while db.stats().immutable_memtables == 0 {
         put(i);
@@ -253,7 +256,7 @@ fn the_log_a_switch_leaves_is_ended_off_the_writers_path() {
     assert!(!last_payload(old).is_empty(), "the log was ended while its end was held");
     let (in_old, in_new) = (with_records[0].2, with_records[1].2);
     assert!(in_new > 100, "{in_new} writes in the next log");
-    assert_eq!(in_old + in_new, i as usize, "every write is in one of the logs");
+    assert_eq!(in_old + in_new, i as usize + 1, "every write is in one of the logs");
     let (tx, rx) = channel();
     std::thread::scope(|s| {
         s.spawn(|| tx.send(db.put(b"synced", b"1").map_err(|e| e.to_string())).unwrap());
@@ -271,5 +274,78 @@ fn the_log_a_switch_leaves_is_ended_off_the_writers_path() {
     flush.open();
     db.close().unwrap();
     let db = Db::open(dir.path(), opts).unwrap();
-    assert_eq!(db.iter().count(), i as usize + 1);
+    assert_eq!(db.iter().count(), i as usize + 2);
+}
+
+/// A log that no synced write went into is left unended by the switch: none of its records is
+/// synced (a power cut takes them, and recovery keeps a prefix of the writes) until a synced
+/// write comes, which ends it first, so that the synced write's acknowledgement still covers
+/// every earlier write. Once its memtable is flushed it is deleted unended; the data is in a
+/// table, and a synced write after that has nothing earlier to end.
+#[test]
+fn a_log_no_synced_write_went_into_is_ended_only_when_a_synced_write_comes() {
+    let storage = MemStorage::new();
+    let opts = Options { memtable_size: 64 << 10, ..Options::default() };
+    let db = Db::open_with_storage("/w", opts.clone(), Arc::new(storage.clone())).unwrap();
+    let flush = Gate::default();
+    let seals = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let _open_at_exit = OpenOnDrop(vec![flush.clone()]);
+    let (f2, s2) = (flush.clone(), seals.clone());
+    db.set_failpoint_hook(Some(Arc::new(move |at: &str| match at {
+        "wal.seal" => {
+            s2.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        "flush.build" => f2.wait(),
+        _ => {}
+    })));
+    let put = |i: u32| {
+        let mut b = WriteBatch::new();
+        b.put(format!("key{i:06}"), [b'v'; 200]).unwrap();
+        db.write_opt(b, WriteOptions { sync: false }).unwrap();
+    };
+    let mut i = 0u32;
+    while db.stats().immutable_memtables == 0 {
+        put(i);
+        i += 1;
+        assert!(i < 100_000, "the memtable never switched");
+    }
+    for _ in 0..100 {
+        put(i);
+        i += 1;
+    }
+    // A power cut now: nothing was synced, the log the switch left included.
+    let cut = storage.clone_state();
+    cut.crash();
+    let recovered = Db::open_with_storage("/w", opts.clone(), Arc::new(cut)).unwrap();
+    assert_eq!(recovered.iter().count(), 0, "unsynced writes were made durable");
+    drop(recovered);
+    assert_eq!(seals.load(std::sync::atomic::Ordering::SeqCst), 0, "the switch ended the log");
+
+    // A synced write makes every earlier write durable: the log the switch left is ended.
+    db.put(b"synced", b"1").unwrap();
+    let cut = storage.clone_state();
+    cut.crash();
+    let recovered = Db::open_with_storage("/w", opts.clone(), Arc::new(cut)).unwrap();
+    assert_eq!(recovered.iter().count(), i as usize + 1, "a write before the synced one was lost");
+    assert_eq!(recovered.get(b"synced").unwrap().as_deref(), Some(&b"1"[..]));
+    drop(recovered);
+
+    // Unsynced writes again, across a switch, and their memtables flushed: the logs left
+    // unended are deleted; a synced write and a reopen after a power cut lose nothing.
+    flush.open();
+    let before = db.stats().flushes;
+    while db.stats().flushes < before + 2 {
+        put(i);
+        i += 1;
+        assert!(i < 200_000, "the memtables were never flushed");
+    }
+    db.put(b"synced again", b"2").unwrap();
+    let cut = storage.clone_state();
+    cut.crash();
+    let recovered = Db::open_with_storage("/w", opts.clone(), Arc::new(cut)).unwrap();
+    assert_eq!(recovered.iter().count(), i as usize + 2);
+    drop(recovered);
+    db.close().unwrap();
+    let db = Db::open_with_storage("/w", opts, Arc::new(storage)).unwrap();
+    assert_eq!(db.iter().count(), i as usize + 2);
 }
