@@ -177,6 +177,13 @@ fn a_torn_log_followed_by_logs_without_records_recovers_its_intact_prefix() {
     }
 }
 
+/// Writes key `i` (a 200-byte value) without asking for a sync.
+fn put_unsynced(db: &Db, i: u32) {
+    let mut b = WriteBatch::new();
+    b.put(format!("key{i:06}"), [b'v'; 200]).unwrap();
+    db.write_opt(b, WriteOptions { sync: false }).unwrap();
+}
+
 /// Holds every thread that passes one failpoint until opened.
 #[derive(Clone, Default)]
 struct Gate(Arc<(Mutex<bool>, Condvar)>);
@@ -229,11 +236,7 @@ fn the_log_a_switch_leaves_is_ended_off_the_writers_path() {
         "flush.build" => f2.wait(),
         _ => {}
     })));
-    let put = |i: u32| {
-        let mut b = WriteBatch::new();
-        b.put(format!("key{i:06}"), [b'v'; 200]).unwrap();
-        db.write_opt(b, WriteOptions { sync: false }).unwrap();
-    };
+    let put = |i: u32| put_unsynced(&db, i);
     // A synced write into the first log, then writes up to the switch, and no further: a
     // second switch would wait for the held end.
     db.put(b"synced first", b"1").unwrap();
@@ -298,11 +301,7 @@ fn a_log_no_synced_write_went_into_is_ended_only_when_a_synced_write_comes() {
         "flush.build" => f2.wait(),
         _ => {}
     })));
-    let put = |i: u32| {
-        let mut b = WriteBatch::new();
-        b.put(format!("key{i:06}"), [b'v'; 200]).unwrap();
-        db.write_opt(b, WriteOptions { sync: false }).unwrap();
-    };
+    let put = |i: u32| put_unsynced(&db, i);
     let mut i = 0u32;
     while db.stats().immutable_memtables == 0 {
         put(i);
