@@ -204,7 +204,7 @@ pub(crate) fn log_and_apply(inner: &DbInner, st: &mut State, mut edit: VersionEd
     let res = if st.manifest.len() > MANIFEST_ROLL_BYTES {
         let no = st.alloc_file_no();
         let mut first = next.snapshot_edit();
-        first.log_number = edit.log_number.or(Some(st.imms.front().map_or(st.mem.wal_number(), |m| m.wal_number())));
+        first.log_number = edit.log_number.or(Some(st.oldest_log()));
         first.next_file_number = Some(st.next_file_no);
         first.last_seq = edit.last_seq;
         ManifestWriter::create(&inner.storage, &inner.dir, no, &first).map(|m| {

@@ -60,6 +60,11 @@ pub(crate) struct SuperVersion {
 }
 
 impl SuperVersion {
+    /// The oldest write-ahead log this view still needs ([`State::oldest_log`]).
+    pub fn oldest_log(&self) -> u64 {
+        self.imms.last().unwrap_or(&self.mem).wal_number()
+    }
+
     /// The view of `state` readers and writers see, level 0 weighed with `memtable_size`.
     fn of(state: &State, memtable_size: usize) -> Self {
         SuperVersion {
@@ -109,6 +114,11 @@ impl State {
         self.next_file_no += 1;
         n
     }
+
+    /// The oldest write-ahead log still needed: that of the oldest memtable not flushed.
+    pub fn oldest_log(&self) -> u64 {
+        self.imms.front().unwrap_or(&self.mem).wal_number()
+    }
 }
 
 /// The write-ahead log being appended to.
@@ -154,10 +164,9 @@ impl Wal {
     /// write calls it before its own sync, a clean close before ending the current log.
     pub fn end_earlier(&mut self, needed: u64) -> Result<()> {
         self.wait_for_end()?;
-        while let Some((number, mut log)) = self.unended.pop_front() {
-            if number >= needed {
-                crate::spare_log::end_wal(&mut log, false)?;
-            }
+        self.drop_flushed(needed);
+        while let Some((_, mut log)) = self.unended.pop_front() {
+            crate::spare_log::end_wal(&mut log, false)?;
         }
         Ok(())
     }
@@ -433,10 +442,7 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
     }
     let mut wal = inner.wal.lock();
     let spare = wal.spare.take();
-    let needed = {
-        let st = inner.state.lock();
-        st.imms.front().unwrap_or(&st.mem).wal_number()
-    };
+    let needed = inner.state.lock().oldest_log();
     // Logs left unended are ended (their memtables not flushed), unless the engine is
     // poisoned: then no file is touched (below), and they are dropped.
     let ended = if inner.is_poisoned() { wal.wait_for_end() } else { wal.end_earlier(needed) };

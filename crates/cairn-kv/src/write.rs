@@ -161,8 +161,7 @@ fn lead(inner: &Arc<DbInner>, reqs: &mut [WriteRequest], defer_sync: bool) -> (V
     // earlier memtable switches left too. From the first one on, the log writes its filled
     // segments back as it goes, so that the next sync finds little left to write.
     let sealed = if sync && !wal.synced {
-        let sv = inner.sv.load();
-        let needed = sv.imms.last().unwrap_or(&sv.mem).wal_number();
+        let needed = inner.sv.load().oldest_log();
         wal.synced = true;
         wal.writer.set_write_back(true);
         wal.end_earlier(needed)
@@ -396,7 +395,7 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
         wal.unended.push_back((old.wal_number(), log));
     }
     st.imms.push_back(old);
-    wal.drop_flushed(st.imms.front().map_or(number, |m| m.wal_number()));
+    wal.drop_flushed(st.oldest_log());
     inner.install_super_version(&st);
     inner.bg_cv.notify_all();
     Ok(())
