@@ -370,10 +370,16 @@ fn pick_level(
         // with one table to merge down. Tables earlier merges made are left out when they
         // would cost more than they remove (so under a stream of flushes each byte is merged
         // this way about once), and once level 0 holds more bytes than the base level it goes
-        // down whole.
+        // down whole. So it does once its bytes alone weigh what makes it urgent: merged among
+        // themselves they would weigh as much, and only the merge down lightens level 0. A
+        // bulk load that left a base level five times its target under a gigabyte of level 0
+        // had the run after it merge level 0 among itself three times, never down, while its
+        // bytes held writers at the slowdown trigger.
         if inputs.len() >= l0_urgent_files(opts) {
             let (l0_bytes, base_bytes) = (total_size(&inputs), total_size(&next));
+            let l0_flushes = l0_bytes.div_ceil(opts.memtable_size.max(1) as u64);
             if base_bytes >= l0_bytes
+                && l0_flushes < l0_urgent_files(opts) as u64
                 && let Some(c) = pick_intra_l0(opts, v, cs, true)
             {
                 return Some(c);
@@ -997,6 +1003,17 @@ mod tests {
         v.levels[1] = vec![table(&cleaner, 10, "a", "h", 50), table(&cleaner, 11, "i", "z", 50)];
         let want: Vec<u64> = (1..=12).rev().chain([10, 11]).collect();
         assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((0, 1, want)));
+        // Twelve over the larger base level, but their bytes alone weigh twelve memtables'
+        // worth (100 bytes each): merged among themselves they would weigh as much, so they
+        // go down whole. A memtable's worth less, and they are merged among themselves.
+        let opts = Options { memtable_size: 100, ..opts };
+        v.levels[1] = vec![table(&cleaner, 10, "a", "h", 1_000), table(&cleaner, 11, "i", "z", 1_000)];
+        v.levels[0] = (1..=12).rev().map(|no| table(&cleaner, no, "a", "z", 100)).collect();
+        let want: Vec<u64> = (1..=12).rev().chain([10, 11]).collect();
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((0, 1, want)));
+        v.levels[0] = (1..=12).rev().map(|no| table(&cleaner, no, "a", "z", 90)).collect();
+        assert_eq!(v.l0_weight(opts.memtable_size), 12, "twelve tables, 11 memtables' worth");
+        assert_eq!(picked(&opts, &v, &mut Compacting::new(4)), Some((0, 0, (1..=12).rev().collect())));
     }
 
     #[test]
