@@ -125,7 +125,7 @@ impl State {
 pub(crate) struct Wal {
     pub writer: LogWriter,
     /// Delay owed by writes made while level 0 is over its slowdown trigger, not yet slept.
-    pub slowdown_owed: std::time::Duration,
+    pub slowdown: crate::write::SlowdownDebt,
     /// The log the next memtable switch will use, made ahead of time.
     pub spare: Option<crate::spare_log::SpareLog>,
     /// The log the last memtable switch left, while it is being ended on a thread of its own.
@@ -145,7 +145,7 @@ impl Wal {
     pub fn new(writer: LogWriter, spare: Option<crate::spare_log::SpareLog>) -> Wal {
         Wal {
             writer,
-            slowdown_owed: std::time::Duration::ZERO,
+            slowdown: crate::write::SlowdownDebt::default(),
             spare,
             sealing: None,
             unended: Default::default(),

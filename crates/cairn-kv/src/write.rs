@@ -288,7 +288,7 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
             if sv.l0_weight < inner.opts.level0_slowdown_trigger
                 && sv.mem.approximate_bytes() < inner.opts.memtable_size
             {
-                wal.slowdown_owed = Duration::ZERO;
+                wal.slowdown.clear();
                 return Ok(());
             }
         }
@@ -302,16 +302,15 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
             continue;
         }
         if l0 < slowdown {
-            wal.slowdown_owed = Duration::ZERO;
+            wal.slowdown.clear();
         } else if !slowed {
             let rate = slowdown_rate(inner.opts.delayed_write_rate, l0, slowdown, stop)
                 .max(crate::compaction::catch_up_rate(&inner.opts, &st.version, &st.compaction, st.imms.len() + 1));
             drop(st);
             slowed = true;
-            wal.slowdown_owed += Duration::from_secs_f64(bytes as f64 / rate as f64);
-            if wal.slowdown_owed >= Duration::from_millis(1) {
+            if let Some(nap) = wal.slowdown.owe(Instant::now(), bytes, rate) {
                 let t = Instant::now();
-                std::thread::sleep(std::mem::take(&mut wal.slowdown_owed));
+                std::thread::sleep(nap);
                 inner.counters.add_stall(Stall::Slowdown, t.elapsed());
             }
             continue;
@@ -327,6 +326,43 @@ fn make_room(inner: &Arc<DbInner>, wal: &mut Wal, bytes: u64) -> Result<()> {
         }
         drop(st);
         switch_memtable(inner, wal, false)?;
+    }
+}
+
+/// The delay writes owe while they are held to a rate: each write adds its bytes' time at
+/// the rate, and the time passed until the next one pays it off, so writers that are
+/// already no faster than the rate are not held back at all and faster ones are held to
+/// it, not below it. Adding the delay alone, as before, held writers to a rate well under
+/// the one asked, their own time coming on top of it (writers at 100 MB/s held to 84 MB/s
+/// would make about 46). Slept in steps of a millisecond or more; a pause of the writers
+/// earns no credit for later.
+#[derive(Default)]
+pub(crate) struct SlowdownDebt {
+    owed: Duration,
+    /// When `owed` was last brought up to date (the end of a sleep it asked for).
+    at: Option<Instant>,
+}
+
+impl SlowdownDebt {
+    /// No delay owed: level 0 is under its slowdown trigger.
+    pub fn clear(&mut self) {
+        *self = SlowdownDebt::default();
+    }
+
+    /// A write of `bytes` at `now`, held to `rate` bytes per second: the time to sleep first
+    /// if the earlier writes still owe a millisecond or more, the time since the last call
+    /// having paid off what it could. Its own bytes' time is owed from then on.
+    pub fn owe(&mut self, now: Instant, bytes: u64, rate: u64) -> Option<Duration> {
+        if let Some(at) = self.at {
+            self.owed = self.owed.saturating_sub(now.saturating_duration_since(at));
+        }
+        let nap = (self.owed >= Duration::from_millis(1)).then_some(self.owed);
+        let own = Duration::from_secs_f64(bytes as f64 / rate.max(1) as f64);
+        (self.owed, self.at) = match nap {
+            Some(nap) => (own, Some(now + nap)),
+            None => (self.owed + own, Some(now)),
+        };
+        nap
     }
 }
 
@@ -476,6 +512,38 @@ mod tests {
         let db = Db::open_with_storage("/db", Options::default(), Arc::new(storage.clone())).unwrap();
         assert_eq!(db.get(b"before").unwrap().as_deref(), Some(&b"1"[..]));
         assert_eq!(db.get(b"after").unwrap(), None);
+    }
+
+    #[test]
+    fn the_slowdown_credits_the_time_writers_take_themselves() {
+        use std::time::{Duration, Instant};
+        let t0 = Instant::now();
+        let at = |us: u64| t0 + Duration::from_micros(us);
+        let ms = |us: u64| Some(Duration::from_micros(us));
+        // 1,000 bytes at 1 MB/s: 1 ms each. Writers that take 1 ms per write themselves never
+        // sleep.
+        let mut d = super::SlowdownDebt::default();
+        for i in 0..10u64 {
+            assert_eq!(d.owe(at(i * 1_000), 1_000, 1_000_000), None, "write {i}");
+        }
+        // Writers twice as fast as the rate (0.5 ms owed per write, 0.25 ms apart) sleep 1 ms
+        // every fourth write once the debt has built up: half the time.
+        let mut d = super::SlowdownDebt::default();
+        for i in 0..4u64 {
+            assert_eq!(d.owe(at(i * 250), 500, 1_000_000), None, "write {i}");
+        }
+        assert_eq!(d.owe(at(1_000), 500, 1_000_000), ms(1_000));
+        // The sleep ends at 2 ms with that write's 0.5 ms owed.
+        for i in 0..3u64 {
+            assert_eq!(d.owe(at(2_250 + i * 250), 500, 1_000_000), None, "write {i}");
+        }
+        assert_eq!(d.owe(at(3_000), 500, 1_000_000), ms(1_000));
+        // A long pause earns no credit: writes made at once owe their full delay again.
+        assert_eq!(d.owe(at(10_000_000), 600, 1_000_000), None);
+        assert_eq!(d.owe(at(10_000_000), 600, 1_000_000), None);
+        assert_eq!(d.owe(at(10_000_000), 600, 1_000_000), ms(1_200));
+        d.clear();
+        assert_eq!(d.owe(at(10_000_000), 600, 1_000_000), None);
     }
 
     #[test]
