@@ -122,6 +122,10 @@ fn flush_loop(inner: &Arc<DbInner>) {
             let mut edit = VersionEdit::default();
             if let Some(info) = info {
                 inner.counters.add_flush(info.size);
+                let flushed: usize = mems.iter().map(|m| m.approximate_bytes()).sum();
+                if flushed > 0 {
+                    st.compaction.flush_ratio = info.size as f64 / flushed as f64;
+                }
                 edit.new_files.push((0, info));
             }
             edit.added_tombstones = mems.iter().flat_map(|m| m.range_tombstones()).collect();
