@@ -66,8 +66,9 @@ pub struct Options {
     /// While level 0 merges into a lower level, writes are held no slower than the rate that
     /// still leaves level 0 under the stop trigger until that merge ends (at its speed so
     /// far) and under the slowdown trigger once it has: a level 0 about to be freed of the
-    /// tables being merged does not slow them for nothing. Writers sleep in steps of a
-    /// millisecond or more.
+    /// tables being merged does not slow them for nothing. Each write owes its bytes' time at
+    /// the rate, less the time that passed since the previous one, so writers already no
+    /// faster than the rate are not held back; they sleep in steps of a millisecond or more.
     pub delayed_write_rate: u64,
     /// Target size of level 1, or with `dynamic_level_bytes` the most the base level (the
     /// level that level 0 compacts into) may hold (default 256 MiB).
