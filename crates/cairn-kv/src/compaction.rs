@@ -14,7 +14,7 @@ use crate::iter::InternalIterator;
 use crate::key;
 use crate::merge_iter::{LevelFiles, LevelIter, MergingIterator};
 use crate::table_builder::WarmPolicy;
-use crate::version::{TableFile, Version, l0_weight, sorted_overlap};
+use crate::version::{TableFile, Version, l0_weight, memtables_worth, sorted_overlap};
 use crate::version_edit::VersionEdit;
 use crate::{Error, Options, Result};
 
@@ -42,7 +42,8 @@ impl Compaction {
     }
 }
 
-/// What the running compactions hold, and where each level's round-robin picking resumes.
+/// What the running compactions hold, where each level's round-robin picking resumes, and
+/// what the last flush added to level 0 (for [`catch_up_rate`]).
 pub(crate) struct Compacting {
     /// Tables being compacted.
     pub tables: HashSet<u64>,
@@ -299,8 +300,7 @@ pub(crate) fn catch_up_rate(opts: &Options, v: &Version, cs: &Compacting, pendin
     // that compresses to 37 MiB weighed as if each were a memtable's worth of bytes still to
     // merge down, and writers were held 2-4 s of a 9.5 s run after a load (YCSB G, 2
     // threads, larger than the cache) with the stop trigger never near.
-    let flushes = usize::try_from(bytes.div_ceil(opts.memtable_size.max(1) as u64)).unwrap_or(usize::MAX);
-    let after = flushes.max(tables.min(opts.level0_compaction_trigger + 2));
+    let after = memtables_worth(bytes, opts.memtable_size).max(tables.min(opts.level0_compaction_trigger + 2));
     let room = (opts.level0_stop_trigger.saturating_sub(all + 1))
         .min(opts.level0_slowdown_trigger.saturating_sub(after + 1))
         .saturating_sub(pending_memtables);
@@ -399,9 +399,8 @@ fn pick_level(
         // bytes held writers at the slowdown trigger.
         if inputs.len() >= l0_urgent_files(opts) {
             let (l0_bytes, base_bytes) = (total_size(&inputs), total_size(&next));
-            let l0_flushes = l0_bytes.div_ceil(opts.memtable_size.max(1) as u64);
             if base_bytes >= l0_bytes
-                && l0_flushes < l0_urgent_files(opts) as u64
+                && memtables_worth(l0_bytes, opts.memtable_size) < l0_urgent_files(opts)
                 && let Some(c) = pick_intra_l0(opts, v, cs, true)
             {
                 return Some(c);

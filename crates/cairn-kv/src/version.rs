@@ -183,8 +183,13 @@ pub(crate) fn l0_weight<'a>(files: impl IntoIterator<Item = &'a Arc<TableFile>>,
         tables += 1;
         bytes = bytes.saturating_add(f.info.size);
     }
-    let flushes = bytes.div_ceil(memtable_size.max(1) as u64);
-    tables.max(usize::try_from(flushes).unwrap_or(usize::MAX))
+    tables.max(memtables_worth(bytes, memtable_size))
+}
+
+/// `bytes` in memtables' worth (`memtable_size` each, rounded up): what level-0 bytes weigh
+/// against the level-0 triggers ([`l0_weight`]).
+pub(crate) fn memtables_worth(bytes: u64, memtable_size: usize) -> usize {
+    usize::try_from(bytes.div_ceil(memtable_size.max(1) as u64)).unwrap_or(usize::MAX)
 }
 
 /// The live tables and version-level range tombstones.
