@@ -312,6 +312,31 @@ impl TableReader {
         Ok(count)
     }
 
+    /// User keys that cut the table's data blocks into `pieces` runs of about as many blocks
+    /// each: the largest user key of every (`blocks / pieces`)-th block, ascending and
+    /// distinct; fewer (none for a table of one block) when there are too few blocks or keys.
+    pub(crate) fn block_bounds(&self, pieces: usize) -> Result<Vec<Vec<u8>>> {
+        let blocks = self.index.num_restarts();
+        let mut bounds: Vec<Vec<u8>> = Vec::new();
+        if pieces < 2 || blocks < 2 {
+            return Ok(bounds);
+        }
+        let mut it = self.index.iter();
+        it.seek_to_first()?;
+        let mut n = 0;
+        while it.valid() && bounds.len() + 1 < pieces {
+            n += 1;
+            if n * pieces >= blocks * (bounds.len() + 1) && n < blocks {
+                let uk = key::user_key(it.key());
+                if bounds.last().is_none_or(|b| b.as_slice() < uk) {
+                    bounds.push(uk.to_vec());
+                }
+            }
+            it.next()?;
+        }
+        Ok(bounds)
+    }
+
     /// Length of the file in bytes.
     pub fn file_size(&self) -> u64 {
         self.file_size
@@ -1148,5 +1173,36 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn block_bounds_cut_the_blocks_into_even_runs() {
+        let model = model();
+        let (data, _) = build(&model, opts(Compression::Lz4));
+        let t = open(data, &Arc::new(BlockCache::new(1 << 16))).unwrap();
+        let blocks = t.index.num_restarts();
+        assert!(blocks >= 8, "{blocks}");
+        let keys: Vec<&[u8]> = model.iter().map(|(k, _)| key::user_key(k)).collect();
+        assert!(t.block_bounds(1).unwrap().is_empty());
+        for pieces in [2, 3, 4, blocks, blocks + 5] {
+            let bounds = t.block_bounds(pieces).unwrap();
+            assert_eq!(bounds.len(), (pieces - 1).min(blocks - 1), "{pieces}");
+            assert!(bounds.windows(2).all(|w| w[0] < w[1]), "{bounds:?}");
+            // Each bound is a key of the table, and no run gets more than its share of keys
+            // plus a block's worth.
+            let mut at = vec![0];
+            for b in &bounds {
+                at.push(keys.iter().position(|k| k == &b.as_slice()).unwrap() + 1);
+            }
+            at.push(keys.len());
+            let per_block = keys.len().div_ceil(blocks);
+            for w in at.windows(2) {
+                assert!(w[1] > w[0] && w[1] - w[0] <= keys.len() / pieces.min(blocks) + 2 * per_block, "{at:?}");
+            }
+        }
+        // One block: nothing to cut.
+        let (data, _) = build(&model[..3], opts(Compression::None));
+        let t = open(data, &Arc::new(BlockCache::new(1 << 16))).unwrap();
+        assert!(t.block_bounds(4).unwrap().is_empty());
     }
 }
