@@ -646,18 +646,17 @@ fn merge_with(
     let tombstones = (!version.fragmented.is_empty()).then(|| version.fragmented.clone());
     let max_tombstone = version.tombstones.iter().map(|t| t.seq).max().unwrap_or(0);
     let (max, min_bytes) = (inner.opts.max_subcompactions, inner.opts.target_file_size / 4);
-    let mut bounds = split_points(c, max, min_bytes);
-    // Only for merges of four tables' worth or more: split this way, a small merge in a
-    // test of the hot-block rewarm left 8-10 of its hot blocks out of the cache (not yet
-    // understood; see `input_split_points`).
-    if bounds.is_empty()
-        && c.next.is_empty()
-        && c.output_level > 0
+    // A merge out of level 0 into an empty level has no next-level tables to split at. Only
+    // for merges of four tables' worth or more: split this way, a small merge in a test of
+    // the hot-block rewarm left 8-10 of its hot blocks out of the cache (not yet understood).
+    let bounds = if c.next.is_empty()
         && c.progress.is_some()
         && total_size(&c.inputs) >= inner.opts.target_file_size.saturating_mul(4)
     {
-        bounds = input_split_points(inner, c, max, min_bytes);
-    }
+        input_split_points(inner, c, max, min_bytes)
+    } else {
+        split_points(c, max, min_bytes)
+    };
     let merge = |lo: Option<&[u8]>, hi: Option<&[u8]>| {
         merge_range(inner, c, lo, hi, &snapshots, tombstones.as_deref(), max_tombstone)
     };
@@ -749,13 +748,13 @@ fn split_points(c: &Compaction, max: usize, min_bytes: u64) -> Vec<Vec<u8>> {
 /// of `min_bytes` of input or more. Empty if that table cannot be read (the merge reads it
 /// again and reports the error) or is too small.
 fn input_split_points(inner: &DbInner, c: &Compaction, max: usize, min_bytes: u64) -> Vec<Vec<u8>> {
-    let all = total_size(&c.inputs) + total_size(&c.next);
-    let pieces = (max as u64).min(all / min_bytes.max(1)) as usize;
-    let Some(largest) = c.inputs.iter().max_by_key(|f| f.info.size) else { return Vec::new() };
-    if pieces < 2 {
-        return Vec::new();
+    let pieces = (max as u64).min(total_size(&c.inputs) / min_bytes.max(1)) as usize;
+    match c.inputs.iter().max_by_key(|f| f.info.size) {
+        Some(largest) if pieces >= 2 => {
+            inner.cleaner.table_cache.get(largest.no()).and_then(|t| t.block_bounds(pieces)).unwrap_or_default()
+        }
+        _ => Vec::new(),
     }
-    inner.cleaner.table_cache.get(largest.no()).and_then(|t| t.block_bounds(pieces)).unwrap_or_default()
 }
 
 /// Merges the entries of `c` with user keys in `[lo, hi)` (unbounded where `None`) into new

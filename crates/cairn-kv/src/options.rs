@@ -92,6 +92,8 @@ pub struct Options {
     /// (each with a quarter of `target_file_size` or more of input), merged in parallel on
     /// threads of their own (default 2; 1 merges every compaction on its compaction thread).
     /// Level-0 compactions, which hold back all others into level 1, finish sooner this way.
+    /// A level-0 compaction into an empty level (four `target_file_size`s of input or more) is
+    /// split at the block bounds of its largest table instead.
     pub max_subcompactions: usize,
     /// Scheduling niceness added, on Linux, to compactions out of level 1 and below (and the
     /// sub-compaction threads they start); default 10, 0 runs them at the process's priority,
