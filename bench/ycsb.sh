@@ -23,8 +23,8 @@
 # do not make redb's load faster: 10M records in 1000-record transactions took over 14 minutes
 # against 8.5-11 one at a time), LOAD_ONCE=1 (load each engine once, start every run from a copy
 # of its loaded database with the page cache dropped: a big run then costs a copy, not a
-# 10M-record load; needs disk for two copies of every engine's database, redb's and sled's
-# about 18 GB each).
+# 10M-record load; needs disk for every engine's loaded database and one run's copy, redb's and
+# sled's about 18 GB each).
 # Extra flags go to `cairn-bench ycsb` (see `cairn-bench ycsb --help`), e.g. --seed 7 or
 # --bg-threads 1; do not repeat a flag this script already passes.
 # Databases, streams and raw JSON results go under target/cairn-bench/ (override with --dir).

@@ -120,7 +120,7 @@ struct YcsbArgs {
     /// cold). Every workload of a run has the same load phase (records, value size, seed), so
     /// one load serves them all; runs larger than the cache then cost a copy instead of a load
     /// (10M records into redb take 8.5-11 minutes here, into sled up to 26). Needs disk for
-    /// two copies of every engine's database. The load figures are the single load's; write
+    /// every engine's loaded database and one run's copy (removed after its run). The load figures are the single load's; write
     /// amplification counts the load's writes and the run's (not the copy's).
     #[arg(long)]
     load_once: bool,
@@ -402,12 +402,18 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
                     let load = loads.iter().find(|(name, _)| name == e).map(|(_, r)| r);
                     let outcome = match load {
                         None => run_child(&exe, e, path, &db, t, &a.settings, Phases::Both),
-                        Some(load) => copy_loaded(&loaded_root.join(e), &db)
-                            .and_then(|()| run_child(&exe, e, path, &db, t, &a.settings, Phases::RunOnly))
-                            .map(|mut r| {
-                                r.add_load(load);
-                                r
-                            }),
+                        Some(load) => {
+                            let r = copy_loaded(&loaded_root.join(e), &db)
+                                .and_then(|()| run_child(&exe, e, path, &db, t, &a.settings, Phases::RunOnly))
+                                .map(|mut r| {
+                                    r.add_load(load);
+                                    r
+                                });
+                            // The run measured its own space; its copy goes, so that the disk holds
+                            // one run's copy besides the loaded databases, not one per engine.
+                            let _ = std::fs::remove_dir_all(&db);
+                            r
+                        }
                     };
                     match outcome {
                         Ok(r) => {
