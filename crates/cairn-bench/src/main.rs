@@ -120,8 +120,9 @@ struct YcsbArgs {
     /// cold). Every workload of a run has the same load phase (records, value size, seed), so
     /// one load serves them all; runs larger than the cache then cost a copy instead of a load
     /// (10M records into redb take 8.5-11 minutes here, into sled up to 26). Needs disk for
-    /// every engine's loaded database and one run's copy (removed after its run). The load figures are the single load's; write
-    /// amplification counts the load's writes and the run's (not the copy's).
+    /// every engine's loaded database and one run's copy (removed after its run). The load
+    /// figures are the single load's; write amplification counts the load's writes and the
+    /// run's (not the copy's).
     #[arg(long)]
     load_once: bool,
 }
