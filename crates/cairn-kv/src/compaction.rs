@@ -648,7 +648,10 @@ fn merge_with(
     let (max, min_bytes) = (inner.opts.max_subcompactions, inner.opts.target_file_size / 4);
     // A merge out of level 0 into an empty level has no next-level tables to split at. Only
     // for merges of four tables' worth or more: split this way, a small merge in a test of
-    // the hot-block rewarm left 8-10 of its hot blocks out of the cache (not yet understood).
+    // the hot-block rewarm left 8-10 of its hot blocks out of the cache. (Its copies took more
+    // blocks than the cache held, since fixed in `TableBuilder::mark_hot`; without this limit
+    // that test passed 100 runs of 100. The limit stays until small merges split this way are
+    // measured.)
     let bounds = if c.next.is_empty()
         && c.progress.is_some()
         && total_size(&c.inputs) >= inner.opts.target_file_size.saturating_mul(4)
@@ -813,9 +816,12 @@ fn merge_range(
             }
             unreported = 0;
         }
+        let hot = rewarm && it.in_hot_block();
         if filter.keep(it.key()) {
-            let hot = rewarm && it.in_hot_block();
             out.add_marked(it.key(), it.value(), hot, &mut alloc)?;
+        } else if hot {
+            // A shadowed version read from a hot block: its key is hot, whichever version answers.
+            out.mark_last_hot(key::user_key(it.key()));
         }
         it.next()?;
     }

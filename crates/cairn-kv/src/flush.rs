@@ -186,6 +186,18 @@ impl<'a> TableOutput<'a> {
         Ok(())
     }
 
+    /// Marks the data block holding the last entry added as hot, as [`TableOutput::add_marked`]
+    /// does, if that entry's user key is `user_key`: for an older version of the key, read from
+    /// a hot block and dropped (shadowed by the entry added). The key is what readers come back
+    /// to; its newest version now answers them.
+    pub fn mark_last_hot(&mut self, user_key: &[u8]) {
+        if let Some(b) = self.builder.as_mut()
+            && self.last_user_key == user_key
+        {
+            b.mark_last_hot();
+        }
+    }
+
     fn finish_current(&mut self) -> Result<()> {
         let Some(b) = self.builder.take() else { return Ok(()) };
         let mut t = b.finish()?;

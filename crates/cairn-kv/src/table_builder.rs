@@ -146,6 +146,11 @@ pub struct TableBuilder {
     data_blocks: usize,
     /// Whether the data block being built holds an entry marked hot.
     block_hot: bool,
+    /// Whether the next entry added is marked hot ([`TableBuilder::mark_hot`]).
+    next_hot: bool,
+    /// Whether the data block being built holds an entry marked after it was added
+    /// ([`TableBuilder::mark_last_hot`]): listed, but not cut around.
+    block_marked_late: bool,
 }
 
 /// Which written data blocks a [`TableBuilder`] puts in the block cache.
@@ -195,6 +200,8 @@ impl TableBuilder {
             warm: None,
             data_blocks: 0,
             block_hot: false,
+            next_hot: false,
+            block_marked_late: false,
         }
     }
 
@@ -214,9 +221,30 @@ impl TableBuilder {
     }
 
     /// Marks the next entry added as read from a block readers come back to: its data block is
-    /// listed in [`TableInfo::hot_blocks`].
+    /// listed in [`TableInfo::hot_blocks`]. Marked entries and unmarked ones do not share a data
+    /// block: where the marking changes, the block being built ends early. Cut only at the size
+    /// limit, each run of marked entries would share its first and last blocks with unmarked
+    /// neighbours, and a compaction's copies of a cache's hot blocks, which are read back into
+    /// it ([`crate::Options::rewarm_hot_blocks`]), would take up to twice the blocks (and cache
+    /// bytes) the originals took: in a test, 96-122 hot blocks became 156-208 copies, more than
+    /// the cache that had held the originals, and the first copies read back were evicted by
+    /// the last.
     pub fn mark_hot(&mut self) {
-        self.block_hot = true;
+        self.next_hot = true;
+    }
+
+    /// Lists the data block holding the last entry added in [`TableInfo::hot_blocks`], as if
+    /// that entry had been marked ([`TableBuilder::mark_hot`]); the block being built, or the
+    /// last one written if the entry ended it. Blocks are not cut around it (too late for the
+    /// block's start, and after it a run of such entries would each end a block).
+    pub fn mark_last_hot(&mut self) {
+        if !self.data_block.is_empty() {
+            self.block_marked_late = true;
+        } else if let Some(n) = self.data_blocks.checked_sub(1)
+            && self.info.hot_blocks.last() != Some(&n)
+        {
+            self.info.hot_blocks.push(n);
+        }
     }
 
     /// Adds an entry; internal keys must be strictly increasing by
@@ -236,6 +264,11 @@ impl TableBuilder {
             self.info.num_entries == 0 || key::compare_internal(&self.info.largest, ikey).is_lt(),
             "table keys out of order"
         );
+        // Before `largest` moves on: the block's index entry is the last key in it.
+        let hot = std::mem::take(&mut self.next_hot);
+        if hot != self.block_hot && !self.data_block.is_empty() {
+            self.flush_data_block()?;
+        }
         if let Some(b) = &mut self.bloom {
             b.add_key(key::user_key(ikey));
         }
@@ -251,6 +284,7 @@ impl TableBuilder {
         if key::kind_byte(ikey) == ValueKind::Delete as u8 {
             self.info.num_deletions += 1;
         }
+        self.block_hot |= hot;
         self.data_block.add(ikey, value);
         if self.data_block.estimated_size() >= self.block_size {
             self.flush_data_block()?;
@@ -275,7 +309,7 @@ impl TableBuilder {
         drop(stored);
         let number = self.data_blocks;
         self.data_blocks += 1;
-        if std::mem::take(&mut self.block_hot) {
+        if std::mem::take(&mut self.block_hot) | std::mem::take(&mut self.block_marked_late) {
             self.info.hot_blocks.push(number);
         }
         if let Some(w) = &mut self.warm {

@@ -882,9 +882,10 @@ mod tests {
         }
     }
 
-    /// Entries marked hot list their data blocks (numbered as the index numbers them); a
-    /// sequential iterator tells which entries come from blocks the cache holds as hot; and
-    /// warming the listed blocks caches exactly those, in the main part.
+    /// Entries marked hot list their data blocks (numbered as the index numbers them), blocks
+    /// that hold no unmarked entry; a sequential iterator tells which entries come from blocks
+    /// the cache holds as hot; and warming the listed blocks caches exactly those, in the main
+    /// part.
     #[test]
     fn hot_entries_list_their_blocks_and_warming_caches_those_blocks() {
         let model: Vec<_> = (0..300u64)
@@ -916,9 +917,20 @@ mod tests {
             .collect();
         expected.dedup();
         assert_eq!(info.hot_blocks, expected);
-        assert_eq!(expected.len(), 4, "keys 5 and 6 lie in two blocks: {expected:?}");
+        assert_eq!(expected.len(), 3, "keys 5 and 6 share a block: {expected:?}");
+        // Marked and unmarked entries never share a block: a block is listed exactly when the
+        // entries in it are marked.
+        let mut it = t.sequential_iter();
+        it.seek_to_first().unwrap();
+        let mut i = 0;
+        while it.valid() {
+            assert_eq!(expected.contains(&it.data_number), hot.contains(&i), "entry {i} in block {}", it.data_number);
+            i += 1;
+            it.next().unwrap();
+        }
+        assert_eq!(i, model.len());
 
-        assert_eq!(t.warm_hot_blocks(&info.hot_blocks).unwrap(), 4);
+        assert_eq!(t.warm_hot_blocks(&info.hot_blocks).unwrap(), 3);
         assert_eq!(t.warm_hot_blocks(&info.hot_blocks).unwrap(), 0, "cached blocks are not read again");
         let cached: Vec<usize> = (0..1000).filter(|&i| t.blocks.peek(i).is_some()).collect();
         assert_eq!(cached, expected);
@@ -942,6 +954,54 @@ mod tests {
         }
         from_hot.dedup();
         assert_eq!(from_hot, expected);
+    }
+
+    /// An entry marked after it was added ([`crate::TableBuilder::mark_last_hot`]: a shadowed
+    /// version of its key came from a hot block) lists its block, whether the entry ended that
+    /// block or not, and the marking cuts no block.
+    #[test]
+    fn entries_marked_after_they_were_added_list_their_blocks() {
+        let model: Vec<_> = (0..300u64)
+            .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
+            .collect();
+        let marked: Vec<usize> = (40..=60).chain([150, 299]).collect();
+        let build = |mark: bool| {
+            let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
+            let file = Box::new(crate::table_cache::test_support::VecFile(buf.clone()));
+            let mut b = crate::TableBuilder::new(file, "t.sst".into(), opts(Compression::Lz4));
+            for (i, (k, v)) in model.iter().enumerate() {
+                b.add(k, v).unwrap();
+                if mark && marked.contains(&i) {
+                    b.mark_last_hot();
+                }
+            }
+            let info = b.finish().unwrap();
+            (std::mem::take(&mut *buf.lock()), info)
+        };
+        let (data, info) = build(true);
+        assert!(data == build(false).0, "the same blocks as unmarked");
+        let t = open(data, &Arc::new(BlockCache::new(1 << 20))).unwrap();
+        for (k, v) in &model {
+            let uk = key::user_key(k);
+            assert_eq!(
+                t.get(uk, &lookup_key(uk, key::MAX_SEQ)).unwrap().map(|(_, got)| got.to_vec()).as_ref(),
+                Some(v)
+            );
+        }
+        let block_of = |i: usize| {
+            let mut it = t.sequential_iter();
+            it.seek(&model[i].0).unwrap();
+            it.data_number
+        };
+        let mut expected: Vec<usize> = marked.iter().map(|&i| block_of(i)).collect();
+        expected.dedup();
+        assert!(expected.len() >= 5, "entries 40-60 span blocks: {expected:?}");
+        assert!(
+            marked.iter().any(|&i| i + 1 < model.len() && block_of(i) != block_of(i + 1)),
+            "a marked entry ended its block"
+        );
+        assert!(marked.iter().any(|&i| i + 1 < model.len() && block_of(i) == block_of(i + 1)), "and one did not");
+        assert_eq!(info.hot_blocks, expected);
     }
 
     #[test]
