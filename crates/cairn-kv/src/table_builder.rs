@@ -221,14 +221,16 @@ impl TableBuilder {
     }
 
     /// Marks the next entry added as read from a block readers come back to: its data block is
-    /// listed in [`TableInfo::hot_blocks`]. Marked entries and unmarked ones do not share a data
-    /// block: where the marking changes, the block being built ends early. Cut only at the size
-    /// limit, each run of marked entries would share its first and last blocks with unmarked
+    /// listed in [`TableInfo::hot_blocks`]. Where the marking changes, the block being built
+    /// ends early if it holds a quarter of the block size or more, so that marked entries and
+    /// unmarked ones share blocks only where one side is that small. Cut only at the size limit,
+    /// each run of marked entries would share its first and last blocks with unmarked
     /// neighbours, and a compaction's copies of a cache's hot blocks, which are read back into
     /// it ([`crate::Options::rewarm_hot_blocks`]), would take up to twice the blocks (and cache
     /// bytes) the originals took: in a test, 96-122 hot blocks became 156-208 copies, more than
     /// the cache that had held the originals, and the first copies read back were evicted by
-    /// the last.
+    /// the last. The quarter keeps entries that alternate (a hot block's entries spread among a
+    /// lower level's, new versions among hot ones) from cutting blocks of one entry each.
     pub fn mark_hot(&mut self) {
         self.next_hot = true;
     }
@@ -266,7 +268,10 @@ impl TableBuilder {
         );
         // Before `largest` moves on: the block's index entry is the last key in it.
         let hot = std::mem::take(&mut self.next_hot);
-        if hot != self.block_hot && !self.data_block.is_empty() {
+        if hot != self.block_hot
+            && !self.data_block.is_empty()
+            && self.data_block.estimated_size() >= self.block_size / 4
+        {
             self.flush_data_block()?;
         }
         if let Some(b) = &mut self.bloom {

@@ -883,15 +883,16 @@ mod tests {
     }
 
     /// Entries marked hot list their data blocks (numbered as the index numbers them), blocks
-    /// that hold no unmarked entry; a sequential iterator tells which entries come from blocks
-    /// the cache holds as hot; and warming the listed blocks caches exactly those, in the main
-    /// part.
+    /// that hold no unmarked entry where the runs on both sides fill a quarter block; a
+    /// sequential iterator tells which entries come from blocks the cache holds as hot; and
+    /// warming the listed blocks caches exactly those, in the main part.
     #[test]
     fn hot_entries_list_their_blocks_and_warming_caches_those_blocks() {
         let model: Vec<_> = (0..300u64)
             .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
             .collect();
-        let hot = [5usize, 6, 150, 299];
+        // Runs of two marked entries (66 bytes, over a quarter of the 200-byte blocks).
+        let hot = [5usize, 6, 150, 151, 298, 299];
         let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let file = Box::new(crate::table_cache::test_support::VecFile(buf.clone()));
         let mut b = crate::TableBuilder::new(file, "t.sst".into(), opts(Compression::Lz4));
@@ -917,7 +918,7 @@ mod tests {
             .collect();
         expected.dedup();
         assert_eq!(info.hot_blocks, expected);
-        assert_eq!(expected.len(), 3, "keys 5 and 6 share a block: {expected:?}");
+        assert_eq!(expected.len(), 3, "each run shares a block: {expected:?}");
         // Marked and unmarked entries never share a block: a block is listed exactly when the
         // entries in it are marked.
         let mut it = t.sequential_iter();
@@ -954,6 +955,46 @@ mod tests {
         }
         from_hot.dedup();
         assert_eq!(from_hot, expected);
+    }
+
+    /// Entries marked and unmarked in turn (a hot block's entries among a lower level's) cut no
+    /// block of less than a quarter of the block size: each block of the run holds two entries
+    /// (66 bytes of 200) or more, not one, and every block holding a marked entry is listed.
+    #[test]
+    fn alternating_marks_cut_no_block_under_a_quarter() {
+        let model: Vec<_> = (0..300u64)
+            .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
+            .collect();
+        let marked = |i: usize| (100..160).contains(&i) && i % 2 == 0;
+        let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
+        let file = Box::new(crate::table_cache::test_support::VecFile(buf.clone()));
+        let mut b = crate::TableBuilder::new(file, "t.sst".into(), opts(Compression::Lz4));
+        for (i, (k, v)) in model.iter().enumerate() {
+            if marked(i) {
+                b.mark_hot();
+            }
+            b.add(k, v).unwrap();
+        }
+        let info = b.finish().unwrap();
+        let t = open(std::mem::take(&mut *buf.lock()), &Arc::new(BlockCache::new(1 << 20))).unwrap();
+        let mut it = t.sequential_iter();
+        it.seek_to_first().unwrap();
+        let (mut per_block, mut listed) = (std::collections::BTreeMap::<usize, usize>::new(), Vec::new());
+        let mut i = 0;
+        while it.valid() {
+            *per_block.entry(it.data_number).or_default() += 1;
+            if marked(i) {
+                listed.push(it.data_number);
+            }
+            i += 1;
+            it.next().unwrap();
+        }
+        listed.dedup();
+        assert_eq!(info.hot_blocks, listed);
+        let last = *per_block.keys().last().unwrap();
+        for (&block, &n) in &per_block {
+            assert!(n >= 2 || block == last, "block {block} holds {n} entry: {per_block:?}");
+        }
     }
 
     /// An entry marked after it was added ([`crate::TableBuilder::mark_last_hot`]: a shadowed
