@@ -965,7 +965,7 @@ mod tests {
         let model: Vec<_> = (0..300u64)
             .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
             .collect();
-        let marked = |i: usize| (100..160).contains(&i) && i % 2 == 0;
+        let marked = |i: usize| (100..160).contains(&i) && i.is_multiple_of(2);
         let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
         let file = Box::new(crate::table_cache::test_support::VecFile(buf.clone()));
         let mut b = crate::TableBuilder::new(file, "t.sst".into(), opts(Compression::Lz4));
