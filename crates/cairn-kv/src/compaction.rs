@@ -649,7 +649,7 @@ fn merge_with(
     // A merge out of level 0 into an empty level has no next-level tables to split at. Only
     // for merges of four tables' worth or more: split this way, a small merge in a test of
     // the hot-block rewarm left 8-10 of its hot blocks out of the cache. (Its copies took more
-    // blocks than the cache held, since fixed in `TableBuilder::mark_hot`; without this limit
+    // blocks than the cache held, since fixed in `TableBuilder::add_marked`; without this limit
     // that test passed 100 runs of 100. The limit stays until small merges split this way are
     // measured.)
     let bounds = if c.next.is_empty()

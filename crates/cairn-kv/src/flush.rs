@@ -142,7 +142,7 @@ impl<'a> TableOutput<'a> {
     }
 
     /// [`TableOutput::add`], marking the entry as read from a block readers come back to
-    /// when `hot` ([`TableBuilder::mark_hot`]).
+    /// when `hot` ([`TableBuilder::add_marked`]).
     pub fn add_marked(&mut self, ikey: &[u8], value: &[u8], hot: bool, alloc: &mut dyn FnMut() -> u64) -> Result<()> {
         let uk = key::user_key(ikey);
         if let Some(b) = &self.builder
@@ -176,10 +176,7 @@ impl<'a> TableOutput<'a> {
             });
         }
         if let Some(b) = self.builder.as_mut() {
-            if hot {
-                b.mark_hot();
-            }
-            b.add(ikey, value)?;
+            b.add_marked(ikey, value, hot)?;
         }
         self.last_user_key.clear();
         self.last_user_key.extend_from_slice(uk);

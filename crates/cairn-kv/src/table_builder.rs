@@ -121,7 +121,7 @@ pub struct TableInfo {
     pub max_seq: u64,
     /// Entries that are point deletions.
     pub num_deletions: u64,
-    /// Numbers of the data blocks holding an entry marked hot ([`TableBuilder::mark_hot`]),
+    /// Numbers of the data blocks holding an entry marked hot ([`TableBuilder::add_marked`]),
     /// ascending.
     pub hot_blocks: Vec<usize>,
 }
@@ -146,8 +146,6 @@ pub struct TableBuilder {
     data_blocks: usize,
     /// Whether the data block being built holds an entry marked hot.
     block_hot: bool,
-    /// Whether the next entry added is marked hot ([`TableBuilder::mark_hot`]).
-    next_hot: bool,
     /// Whether the data block being built holds an entry marked after it was added
     /// ([`TableBuilder::mark_last_hot`]): listed, but not cut around.
     block_marked_late: bool,
@@ -200,7 +198,6 @@ impl TableBuilder {
             warm: None,
             data_blocks: 0,
             block_hot: false,
-            next_hot: false,
             block_marked_late: false,
         }
     }
@@ -220,23 +217,8 @@ impl TableBuilder {
         Ok(())
     }
 
-    /// Marks the next entry added as read from a block readers come back to: its data block is
-    /// listed in [`TableInfo::hot_blocks`]. Where the marking changes, the block being built
-    /// ends early if it holds a quarter of the block size or more, so that marked entries and
-    /// unmarked ones share blocks only where one side is that small. Cut only at the size limit,
-    /// each run of marked entries would share its first and last blocks with unmarked
-    /// neighbours, and a compaction's copies of a cache's hot blocks, which are read back into
-    /// it ([`crate::Options::rewarm_hot_blocks`]), would take up to twice the blocks (and cache
-    /// bytes) the originals took: in a test, 96-122 hot blocks became 156-208 copies, more than
-    /// the cache that had held the originals, and the first copies read back were evicted by
-    /// the last. The quarter keeps entries that alternate (a hot block's entries spread among a
-    /// lower level's, new versions among hot ones) from cutting blocks of one entry each.
-    pub fn mark_hot(&mut self) {
-        self.next_hot = true;
-    }
-
     /// Lists the data block holding the last entry added in [`TableInfo::hot_blocks`], as if
-    /// that entry had been marked ([`TableBuilder::mark_hot`]); the block being built, or the
+    /// that entry had been marked ([`TableBuilder::add_marked`]); the block being built, or the
     /// last one written if the entry ended it. Blocks are not cut around it (too late for the
     /// block's start, and after it a run of such entries would each end a block).
     pub fn mark_last_hot(&mut self) {
@@ -252,6 +234,22 @@ impl TableBuilder {
     /// Adds an entry; internal keys must be strictly increasing by
     /// [`key::compare_internal`] (checked by `debug_assert`).
     pub fn add(&mut self, ikey: &[u8], value: &[u8]) -> Result<()> {
+        self.add_marked(ikey, value, false)
+    }
+
+    /// [`TableBuilder::add`], marking the entry, when `hot`, as read from a block readers come
+    /// back to: its data block is listed in [`TableInfo::hot_blocks`]. Where the marking
+    /// changes, the block being built ends early if it holds a quarter of the block size or
+    /// more, so that marked entries and unmarked ones share blocks only where one side is that
+    /// small. Cut only at the size limit, each run of marked entries would share its first and
+    /// last blocks with unmarked neighbours, and a compaction's copies of a cache's hot blocks,
+    /// which are read back into it ([`crate::Options::rewarm_hot_blocks`]), would take up to
+    /// twice the blocks (and cache bytes) the originals took: in a test, 96-122 hot blocks
+    /// became 156-208 copies, more than the cache that had held the originals, and the first
+    /// copies read back were evicted by the last. The quarter keeps entries that alternate (a
+    /// hot block's entries spread among a lower level's, new versions among hot ones) from
+    /// cutting blocks of one entry each.
+    pub fn add_marked(&mut self, ikey: &[u8], value: &[u8], hot: bool) -> Result<()> {
         self.check_usable()?;
         if ikey.len() < TRAILER_LEN {
             return Err(Error::InvalidArgument(format!("internal key of {} bytes", ikey.len())));
@@ -267,7 +265,6 @@ impl TableBuilder {
             "table keys out of order"
         );
         // Before `largest` moves on: the block's index entry is the last key in it.
-        let hot = std::mem::take(&mut self.next_hot);
         if hot != self.block_hot
             && !self.data_block.is_empty()
             && self.data_block.estimated_size() >= self.block_size / 4

@@ -129,10 +129,19 @@ pub(crate) mod test_support {
 
     /// Builds a table from sorted entries and returns its bytes.
     pub(crate) fn build(entries: &[(Vec<u8>, Vec<u8>)], opts: TableOptions) -> (Vec<u8>, TableInfo) {
+        build_with(entries, opts, |b, _, k, v| b.add(k, v).unwrap())
+    }
+
+    /// [`build`], with `add(builder, i, key, value)` adding the `i`th entry.
+    pub(crate) fn build_with(
+        entries: &[(Vec<u8>, Vec<u8>)],
+        opts: TableOptions,
+        mut add: impl FnMut(&mut TableBuilder, usize, &[u8], &[u8]),
+    ) -> (Vec<u8>, TableInfo) {
         let buf = Arc::new(Mutex::new(Vec::new()));
         let mut b = TableBuilder::new(Box::new(VecFile(buf.clone())), "t.sst".into(), opts);
-        for (k, v) in entries {
-            b.add(k, v).unwrap();
+        for (i, (k, v)) in entries.iter().enumerate() {
+            add(&mut b, i, k, v);
         }
         let info = b.finish().unwrap();
         let data = std::mem::take(&mut *buf.lock());

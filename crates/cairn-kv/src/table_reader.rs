@@ -817,13 +817,28 @@ impl PrepareSeek for TableIter {
 mod tests {
     use super::*;
     use crate::key::{internal_key, lookup_key};
-    use crate::table_cache::test_support::{build, open};
+    use crate::table_cache::test_support::{build, build_with, open};
     use crate::{Compression, TableOptions};
 
     fn model() -> Vec<(Vec<u8>, Vec<u8>)> {
         (0..60u64)
             .map(|i| (internal_key(format!("k{i:03}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
             .collect()
+    }
+
+    /// 300 entries `k0000`.. with 20-byte values: about six to a 200-byte block ([`opts`]).
+    fn hot_model() -> Vec<(Vec<u8>, Vec<u8>)> {
+        (0..300u64)
+            .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
+            .collect()
+    }
+
+    /// The number of the data block holding `ikey`, found with a sequential iterator (which
+    /// leaves the cache as it was).
+    fn block_of(t: &Arc<TableReader>, ikey: &[u8]) -> usize {
+        let mut it = t.sequential_iter();
+        it.seek(ikey).unwrap();
+        it.data_number
     }
 
     fn opts(compression: Compression) -> TableOptions {
@@ -888,34 +903,15 @@ mod tests {
     /// warming the listed blocks caches exactly those, in the main part.
     #[test]
     fn hot_entries_list_their_blocks_and_warming_caches_those_blocks() {
-        let model: Vec<_> = (0..300u64)
-            .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
-            .collect();
+        let model = hot_model();
         // Runs of two marked entries (66 bytes, over a quarter of the 200-byte blocks).
         let hot = [5usize, 6, 150, 151, 298, 299];
-        let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let file = Box::new(crate::table_cache::test_support::VecFile(buf.clone()));
-        let mut b = crate::TableBuilder::new(file, "t.sst".into(), opts(Compression::Lz4));
-        for (i, (k, v)) in model.iter().enumerate() {
-            if hot.contains(&i) {
-                b.mark_hot();
-            }
-            b.add(k, v).unwrap();
-        }
-        let info = b.finish().unwrap();
-        let data = std::mem::take(&mut *buf.lock());
+        let (data, info) =
+            build_with(&model, opts(Compression::Lz4), |b, i, k, v| b.add_marked(k, v, hot.contains(&i)).unwrap());
         let cache = Arc::new(BlockCache::new(1 << 20));
         let t = open(data, &cache).unwrap();
         // The blocks a lookup of each hot key reads are the ones listed.
-        let mut expected: Vec<usize> = hot
-            .iter()
-            .map(|&i| {
-                // (A sequential iterator, so the cache stays empty.)
-                let mut it = t.sequential_iter();
-                it.seek(&model[i].0).unwrap();
-                it.data_number
-            })
-            .collect();
+        let mut expected: Vec<usize> = hot.iter().map(|&i| block_of(&t, &model[i].0)).collect();
         expected.dedup();
         assert_eq!(info.hot_blocks, expected);
         assert_eq!(expected.len(), 3, "each run shares a block: {expected:?}");
@@ -962,21 +958,11 @@ mod tests {
     /// (66 bytes of 200) or more, not one, and every block holding a marked entry is listed.
     #[test]
     fn alternating_marks_cut_no_block_under_a_quarter() {
-        let model: Vec<_> = (0..300u64)
-            .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
-            .collect();
+        let model = hot_model();
         let marked = |i: usize| (100..160).contains(&i) && i.is_multiple_of(2);
-        let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
-        let file = Box::new(crate::table_cache::test_support::VecFile(buf.clone()));
-        let mut b = crate::TableBuilder::new(file, "t.sst".into(), opts(Compression::Lz4));
-        for (i, (k, v)) in model.iter().enumerate() {
-            if marked(i) {
-                b.mark_hot();
-            }
-            b.add(k, v).unwrap();
-        }
-        let info = b.finish().unwrap();
-        let t = open(std::mem::take(&mut *buf.lock()), &Arc::new(BlockCache::new(1 << 20))).unwrap();
+        let (data, info) =
+            build_with(&model, opts(Compression::Lz4), |b, i, k, v| b.add_marked(k, v, marked(i)).unwrap());
+        let t = open(data, &Arc::new(BlockCache::new(1 << 20))).unwrap();
         let mut it = t.sequential_iter();
         it.seek_to_first().unwrap();
         let (mut per_block, mut listed) = (std::collections::BTreeMap::<usize, usize>::new(), Vec::new());
@@ -1002,22 +988,15 @@ mod tests {
     /// block or not, and the marking cuts no block.
     #[test]
     fn entries_marked_after_they_were_added_list_their_blocks() {
-        let model: Vec<_> = (0..300u64)
-            .map(|i| (internal_key(format!("k{i:04}").as_bytes(), i + 1, 1), vec![b'a' + (i % 7) as u8; 20]))
-            .collect();
+        let model = hot_model();
         let marked: Vec<usize> = (40..=60).chain([150, 299]).collect();
         let build = |mark: bool| {
-            let buf = Arc::new(parking_lot::Mutex::new(Vec::new()));
-            let file = Box::new(crate::table_cache::test_support::VecFile(buf.clone()));
-            let mut b = crate::TableBuilder::new(file, "t.sst".into(), opts(Compression::Lz4));
-            for (i, (k, v)) in model.iter().enumerate() {
+            build_with(&model, opts(Compression::Lz4), |b, i, k, v| {
                 b.add(k, v).unwrap();
                 if mark && marked.contains(&i) {
                     b.mark_last_hot();
                 }
-            }
-            let info = b.finish().unwrap();
-            (std::mem::take(&mut *buf.lock()), info)
+            })
         };
         let (data, info) = build(true);
         assert!(data == build(false).0, "the same blocks as unmarked");
@@ -1029,19 +1008,15 @@ mod tests {
                 Some(v)
             );
         }
-        let block_of = |i: usize| {
-            let mut it = t.sequential_iter();
-            it.seek(&model[i].0).unwrap();
-            it.data_number
-        };
-        let mut expected: Vec<usize> = marked.iter().map(|&i| block_of(i)).collect();
+        let block_at = |i: usize| block_of(&t, &model[i].0);
+        let mut expected: Vec<usize> = marked.iter().map(|&i| block_at(i)).collect();
         expected.dedup();
         assert!(expected.len() >= 5, "entries 40-60 span blocks: {expected:?}");
         assert!(
-            marked.iter().any(|&i| i + 1 < model.len() && block_of(i) != block_of(i + 1)),
+            marked.iter().any(|&i| i + 1 < model.len() && block_at(i) != block_at(i + 1)),
             "a marked entry ended its block"
         );
-        assert!(marked.iter().any(|&i| i + 1 < model.len() && block_of(i) == block_of(i + 1)), "and one did not");
+        assert!(marked.iter().any(|&i| i + 1 < model.len() && block_at(i) == block_at(i + 1)), "and one did not");
         assert_eq!(info.hot_blocks, expected);
     }
 
