@@ -833,12 +833,17 @@ mod tests {
             .collect()
     }
 
-    /// The number of the data block holding `ikey`, found with a sequential iterator (which
-    /// leaves the cache as it was).
-    fn block_of(t: &Arc<TableReader>, ikey: &[u8]) -> usize {
+    /// The number of the data block holding each entry, in order, read with a sequential
+    /// iterator (which leaves the cache as it was).
+    fn entry_blocks(t: &Arc<TableReader>) -> Vec<usize> {
         let mut it = t.sequential_iter();
-        it.seek(ikey).unwrap();
-        it.data_number
+        it.seek_to_first().unwrap();
+        let mut blocks = Vec::new();
+        while it.valid() {
+            blocks.push(it.data_number);
+            it.next().unwrap();
+        }
+        blocks
     }
 
     fn opts(compression: Compression) -> TableOptions {
@@ -910,22 +915,18 @@ mod tests {
             build_with(&model, opts(Compression::Lz4), |b, i, k, v| b.add_marked(k, v, hot.contains(&i)).unwrap());
         let cache = Arc::new(BlockCache::new(1 << 20));
         let t = open(data, &cache).unwrap();
-        // The blocks a lookup of each hot key reads are the ones listed.
-        let mut expected: Vec<usize> = hot.iter().map(|&i| block_of(&t, &model[i].0)).collect();
+        let blocks = entry_blocks(&t);
+        assert_eq!(blocks.len(), model.len());
+        // The blocks holding the hot entries are the ones listed.
+        let mut expected: Vec<usize> = hot.iter().map(|&i| blocks[i]).collect();
         expected.dedup();
         assert_eq!(info.hot_blocks, expected);
         assert_eq!(expected.len(), 3, "each run shares a block: {expected:?}");
         // Marked and unmarked entries never share a block: a block is listed exactly when the
         // entries in it are marked.
-        let mut it = t.sequential_iter();
-        it.seek_to_first().unwrap();
-        let mut i = 0;
-        while it.valid() {
-            assert_eq!(expected.contains(&it.data_number), hot.contains(&i), "entry {i} in block {}", it.data_number);
-            i += 1;
-            it.next().unwrap();
+        for (i, block) in blocks.iter().enumerate() {
+            assert_eq!(expected.contains(block), hot.contains(&i), "entry {i} in block {block}");
         }
-        assert_eq!(i, model.len());
 
         assert_eq!(t.warm_hot_blocks(&info.hot_blocks).unwrap(), 3);
         assert_eq!(t.warm_hot_blocks(&info.hot_blocks).unwrap(), 0, "cached blocks are not read again");
@@ -963,18 +964,13 @@ mod tests {
         let (data, info) =
             build_with(&model, opts(Compression::Lz4), |b, i, k, v| b.add_marked(k, v, marked(i)).unwrap());
         let t = open(data, &Arc::new(BlockCache::new(1 << 20))).unwrap();
-        let mut it = t.sequential_iter();
-        it.seek_to_first().unwrap();
-        let (mut per_block, mut listed) = (std::collections::BTreeMap::<usize, usize>::new(), Vec::new());
-        let mut i = 0;
-        while it.valid() {
-            *per_block.entry(it.data_number).or_default() += 1;
-            if marked(i) {
-                listed.push(it.data_number);
-            }
-            i += 1;
-            it.next().unwrap();
+        let blocks = entry_blocks(&t);
+        assert_eq!(blocks.len(), model.len());
+        let mut per_block = std::collections::BTreeMap::<usize, usize>::new();
+        for &block in &blocks {
+            *per_block.entry(block).or_default() += 1;
         }
+        let mut listed: Vec<usize> = (0..blocks.len()).filter(|&i| marked(i)).map(|i| blocks[i]).collect();
         listed.dedup();
         assert_eq!(info.hot_blocks, listed);
         let last = *per_block.keys().last().unwrap();
@@ -1008,15 +1004,16 @@ mod tests {
                 Some(v)
             );
         }
-        let block_at = |i: usize| block_of(&t, &model[i].0);
-        let mut expected: Vec<usize> = marked.iter().map(|&i| block_at(i)).collect();
+        let blocks = entry_blocks(&t);
+        assert_eq!(blocks.len(), model.len());
+        let mut expected: Vec<usize> = marked.iter().map(|&i| blocks[i]).collect();
         expected.dedup();
         assert!(expected.len() >= 5, "entries 40-60 span blocks: {expected:?}");
         assert!(
-            marked.iter().any(|&i| i + 1 < model.len() && block_at(i) != block_at(i + 1)),
+            marked.iter().any(|&i| i + 1 < model.len() && blocks[i] != blocks[i + 1]),
             "a marked entry ended its block"
         );
-        assert!(marked.iter().any(|&i| i + 1 < model.len() && block_at(i) == block_at(i + 1)), "and one did not");
+        assert!(marked.iter().any(|&i| i + 1 < model.len() && blocks[i] == blocks[i + 1]), "and one did not");
         assert_eq!(info.hot_blocks, expected);
     }
 
