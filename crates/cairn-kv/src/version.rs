@@ -2,7 +2,7 @@
 //! moved out of flushed memtables. Every flush or compaction builds a new version from the
 //! current one plus a [`VersionEdit`]; readers hold an `Arc<Version>` for as long as they read.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -217,17 +217,32 @@ impl Version {
     /// marked obsolete here; the caller does that once the edit is durable.
     pub fn apply(&self, edit: &VersionEdit, cleaner: &Arc<Cleaner>) -> Result<Version> {
         let deleted: HashSet<(usize, u64)> = edit.deleted_files.iter().copied().collect();
-        let mut levels: Vec<Vec<Arc<TableFile>>> = self
-            .levels
-            .iter()
-            .enumerate()
-            .map(|(l, files)| files.iter().filter(|f| !deleted.contains(&(l, f.no()))).cloned().collect())
-            .collect();
+        // Tables the edit removes from one level and adds to another (a move) keep their
+        // object: versions from before the move hold it, and when a later edit deletes the file
+        // it is that one object, not a copy, that is marked obsolete and outlives every reader.
+        let mut moved: HashMap<u64, Arc<TableFile>> = HashMap::new();
+        let mut levels: Vec<Vec<Arc<TableFile>>> = Vec::with_capacity(self.levels.len());
+        for (l, files) in self.levels.iter().enumerate() {
+            let mut kept = Vec::with_capacity(files.len());
+            for f in files {
+                if deleted.contains(&(l, f.no())) {
+                    moved.insert(f.no(), f.clone());
+                } else {
+                    kept.push(f.clone());
+                }
+            }
+            levels.push(kept);
+        }
         for (level, info) in &edit.new_files {
             let files = levels
                 .get_mut(*level)
                 .ok_or_else(|| Error::InvalidArgument(format!("MANIFEST names level {level}, more than configured")))?;
-            files.push(TableFile::new(info.clone(), cleaner.clone()));
+            // A file is never rewritten under its number, so a moved table's info is the one
+            // it had (compaction moves a table with a clone of its info).
+            match moved.remove(&info.file_no) {
+                Some(f) => files.push(f),
+                None => files.push(TableFile::new(info.clone(), cleaner.clone())),
+            }
         }
         levels[0].sort_by(|a, b| b.info.max_seq.cmp(&a.info.max_seq).then(b.no().cmp(&a.no())));
         for files in levels.iter_mut().skip(1) {
@@ -432,6 +447,41 @@ mod tests {
         drop(live);
         cleaner.wait_idle();
         assert!(removing.try_recv().is_err());
+    }
+
+    /// A table moved to another level keeps its object, so a version from before the move (an
+    /// iterator's) keeps the file when a later edit deletes it from its new level. With a copy
+    /// made for the move, the copy was marked obsolete and its drop deleted the file under the
+    /// old version's reader (an iterator's reopen then failed with "not found").
+    #[test]
+    fn a_moved_table_is_not_deleted_under_a_version_from_before_the_move() {
+        let (mem, cleaner, removing, go) = gated(2);
+        let path = TableCache::table_path(Path::new("/db"), 1);
+        let mut before = Version::empty(7);
+        before.levels[0].push(test_table(&cleaner, 1, "a", "m", 10));
+        let info = before.levels[0][0].info.clone();
+        let mut mv = VersionEdit::default();
+        mv.deleted_files.push((0, 1));
+        mv.new_files.push((4, info.clone()));
+        let moved = before.apply(&mv, &cleaner).unwrap();
+        assert!(Arc::ptr_eq(&before.levels[0][0], &moved.levels[4][0]));
+        // A compaction rewrites the table into table 2 and marks it obsolete, as
+        // `log_and_apply` does with the files it removes.
+        let mut rewrite = VersionEdit::default();
+        rewrite.deleted_files.push((4, 1));
+        rewrite.new_files.push((4, FileInfo { file_no: 2, ..info }));
+        let after = moved.apply(&rewrite, &cleaner).unwrap();
+        moved.levels[4][0].mark_obsolete();
+        drop(moved);
+        drop(after);
+        cleaner.wait_idle();
+        assert!(removing.try_recv().is_err(), "deleted while a version from before the move holds it");
+        assert!(mem.exists(&path));
+        drop(before);
+        assert!(removing.recv().is_ok());
+        go.send(()).unwrap();
+        cleaner.wait_idle();
+        assert!(!mem.exists(&path));
     }
 
     /// Files still queued when the cleaner is dropped are deleted before the drop returns.
