@@ -59,7 +59,8 @@ pub struct Settings {
     /// Data block size in bytes.
     #[arg(long, default_value_t = 4096)]
     pub block_size: u32,
-    /// Bloom filter bits per key (0 = none).
+    /// Bloom filter bits per key (0 = none): each engine's filter gets this budget (cairn
+    /// builds a binary fuse filter where it fits the budget, a bloom filter otherwise).
     #[arg(long, default_value_t = 10)]
     pub bloom_bits: u32,
     /// Block compression.

@@ -325,7 +325,7 @@ impl DbInner {
 
     /// The newest version of `user_key` at or below `seq` in `sv`, ignoring range tombstones.
     pub(crate) fn find_version(&self, sv: &SuperVersion, user_key: &[u8], seq: SeqNo) -> Result<Option<Found>> {
-        let hash = crate::bloom::key_hash(user_key);
+        let hash = crate::filter::key_hash(user_key);
         if let Some(f) = sv.mem.get(user_key, hash, seq) {
             return Ok(Some(f));
         }
@@ -388,7 +388,7 @@ impl DbInner {
         if sv.max_covering(user_key, MAX_SEQ).is_some_and(|s| s > since) {
             return Ok(true);
         }
-        let hash = crate::bloom::key_hash(user_key);
+        let hash = crate::filter::key_hash(user_key);
         for m in std::iter::once(&sv.mem).chain(&sv.imms) {
             if let Some(f) = m.get(user_key, hash, MAX_SEQ) {
                 return Ok(f.seq > since);

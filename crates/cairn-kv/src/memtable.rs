@@ -101,7 +101,7 @@ impl Memtable {
         kind: ValueKind,
         value: &[u8],
     ) {
-        self.filter.add(crate::bloom::key_hash(user_key));
+        self.filter.add(crate::filter::key_hash(user_key));
         self.approx_bytes.fetch_add(Self::entry_bytes(user_key, value), AtOrd::Relaxed);
         self.list.insert(splice, user_key, key::pack_trailer(seq, kind as u8), value);
     }
@@ -143,7 +143,7 @@ impl Memtable {
     }
 
     /// The newest version of `user_key` with sequence `<= snapshot`; `hash` is
-    /// [`crate::bloom::key_hash`] of the key.
+    /// [`crate::filter::key_hash`] of the key.
     pub(crate) fn get(&self, user_key: &[u8], hash: u64, snapshot: SeqNo) -> Option<Found> {
         if !self.filter.may_contain(hash) {
             return None;
@@ -261,11 +261,11 @@ mod tests {
         m.insert(b"a", 3, ValueKind::Put, b"v3");
         m.insert(b"a", 5, ValueKind::Delete, b"");
         m.insert(b"b", 2, ValueKind::Put, b"b2");
-        assert_eq!(m.get(b"a", crate::bloom::key_hash(b"a"), 0), None);
-        assert_eq!(m.get(b"a", crate::bloom::key_hash(b"a"), 2).unwrap().value.as_ref(), b"v1");
-        assert_eq!(m.get(b"a", crate::bloom::key_hash(b"a"), 4).unwrap().value.as_ref(), b"v3");
-        assert_eq!(m.get(b"a", crate::bloom::key_hash(b"a"), 9).unwrap().kind, ValueKind::Delete);
-        assert_eq!(m.get(b"c", crate::bloom::key_hash(b"c"), 9), None);
+        assert_eq!(m.get(b"a", crate::filter::key_hash(b"a"), 0), None);
+        assert_eq!(m.get(b"a", crate::filter::key_hash(b"a"), 2).unwrap().value.as_ref(), b"v1");
+        assert_eq!(m.get(b"a", crate::filter::key_hash(b"a"), 4).unwrap().value.as_ref(), b"v3");
+        assert_eq!(m.get(b"a", crate::filter::key_hash(b"a"), 9).unwrap().kind, ValueKind::Delete);
+        assert_eq!(m.get(b"c", crate::filter::key_hash(b"c"), 9), None);
     }
 
     #[test]
@@ -299,7 +299,7 @@ mod tests {
                 let f = f.clone();
                 std::thread::spawn(move || {
                     for i in 0..12_500u64 {
-                        f.add(crate::bloom::key_hash(&(t * 1_000_000 + i).to_le_bytes()));
+                        f.add(crate::filter::key_hash(&(t * 1_000_000 + i).to_le_bytes()));
                     }
                 })
             })
@@ -309,11 +309,11 @@ mod tests {
         }
         for t in 0..4u64 {
             for i in 0..12_500u64 {
-                assert!(f.may_contain(crate::bloom::key_hash(&(t * 1_000_000 + i).to_le_bytes())));
+                assert!(f.may_contain(crate::filter::key_hash(&(t * 1_000_000 + i).to_le_bytes())));
             }
         }
         let fp =
-            (0..100_000u64).filter(|i| f.may_contain(crate::bloom::key_hash(&(9_000_000 + i).to_le_bytes()))).count();
+            (0..100_000u64).filter(|i| f.may_contain(crate::filter::key_hash(&(9_000_000 + i).to_le_bytes()))).count();
         assert!(fp < 3_000, "false positive rate {fp} / 100000");
     }
 }

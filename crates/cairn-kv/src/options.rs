@@ -28,7 +28,9 @@ pub struct Options {
     /// Keys between restart points in a data block (default 4: point lookups scan fewer
     /// entries; raise it for small values, where prefix compression saves more).
     pub block_restart_interval: usize,
-    /// Bloom filter bits per key; 0 disables filters (default 10).
+    /// Filter bits per key, a budget: a table gets a binary fuse filter (1/256 false
+    /// positives) where that fits the budget with fewer false positives than a bloom filter of
+    /// it, a bloom filter otherwise ([`crate::filter`]); 0 disables filters (default 10).
     pub bloom_bits_per_key: u32,
     /// Data block compression (default LZ4).
     pub compression: Compression,
@@ -189,7 +191,7 @@ pub struct TableOptions {
     pub block_size: usize,
     /// Keys between restart points.
     pub restart_interval: usize,
-    /// Bloom bits per key (0 = no filter).
+    /// Filter bits per key, a budget (0 = no filter; see [`Options::bloom_bits_per_key`]).
     pub bloom_bits_per_key: u32,
     /// Data block compression.
     pub compression: Compression,

@@ -18,9 +18,9 @@ use bytes::Bytes;
 use crate::block::{Block, BlockHandle};
 use crate::block_builder::BlockBuilder;
 use crate::block_cache::{BlockCache, Warmed};
-use crate::bloom::BloomBuilder;
 use crate::compression::{BlockCompressor, TAG_NONE};
 use crate::error::IoContext;
+use crate::filter::FilterBuilder;
 use crate::key::{self, TRAILER_LEN, ValueKind};
 use crate::{Error, MAX_KEY_LEN, MAX_VALUE_LEN, Result, TableOptions, WritableFile};
 
@@ -135,7 +135,7 @@ pub struct TableBuilder {
     block_size: usize,
     data_block: BlockBuilder,
     index_block: BlockBuilder,
-    bloom: Option<BloomBuilder>,
+    bloom: Option<FilterBuilder>,
     offset: u64,
     info: TableInfo,
     /// Set after a write failed: the file's state is unknown, so further calls fail.
@@ -181,7 +181,7 @@ impl TableBuilder {
             block_size: opts.block_size.clamp(1, MAX_BLOCK_SIZE),
             data_block: BlockBuilder::new(opts.restart_interval),
             index_block: BlockBuilder::new(INDEX_RESTART_INTERVAL),
-            bloom: (opts.bloom_bits_per_key > 0).then(|| BloomBuilder::new(opts.bloom_bits_per_key)),
+            bloom: (opts.bloom_bits_per_key > 0).then(|| FilterBuilder::new(opts.bloom_bits_per_key)),
             compressor: BlockCompressor::new(opts.compression),
             offset: 0,
             info: TableInfo {

@@ -13,9 +13,9 @@ use bytes::Bytes;
 
 use crate::block::{Block, BlockHandle, BlockIter, RestartPrefixes};
 use crate::block_cache::{BlockCache, TableBlocks};
-use crate::bloom::BloomFilter;
 use crate::compression::{decompress, decompress_pooled};
 use crate::error::IoContext;
+use crate::filter::TableFilter;
 use crate::iter::{InternalIterator, PrepareSeek};
 use crate::key;
 use crate::table_builder::{BLOCK_TRAILER_LEN, FOOTER_LEN, Footer, block_checksum};
@@ -41,7 +41,7 @@ pub struct TableReader {
     index: Arc<Block>,
     /// Prefixes of the index keys, for seeks (`None` if the index block is damaged).
     index_prefixes: Option<RestartPrefixes>,
-    filter: Option<BloomFilter>,
+    filter: Option<TableFilter>,
 }
 
 impl std::fmt::Debug for TableReader {
@@ -85,7 +85,7 @@ impl TableReader {
         let filter = if has_filter {
             // A filter that passed its checksum but does not decode fails open.
             let data = read_block(&*file, &path, footer.filter, footer.index.offset)?;
-            Some(BloomFilter::new(data))
+            Some(TableFilter::new(data))
         } else {
             None
         };
@@ -189,7 +189,7 @@ impl TableReader {
         self.filter.as_ref().is_none_or(|f| f.may_contain(user_key))
     }
 
-    /// Point lookup with the key's filter hash already computed ([`crate::bloom::key_hash`]);
+    /// Point lookup with the key's filter hash already computed ([`crate::filter::key_hash`]);
     /// returns the entry's trailer (`seq << 8 | kind`) and value without copying the key.
     pub fn get_hashed(&self, user_key: &[u8], hash: u64, lookup: &[u8]) -> Result<Option<(u64, Bytes)>> {
         if !self.filter.as_ref().is_none_or(|f| f.may_contain_hash(hash)) {
@@ -233,7 +233,7 @@ impl TableReader {
     /// internal key is `>= lookup` (built with [`key::lookup_key`]`(user_key, seq)`) and returns
     /// it as (internal key, value) if its user key equals `user_key`.
     pub fn get(&self, user_key: &[u8], lookup: &[u8]) -> Result<Option<(Vec<u8>, Bytes)>> {
-        let found = self.get_hashed(user_key, crate::bloom::key_hash(user_key), lookup)?;
+        let found = self.get_hashed(user_key, crate::filter::key_hash(user_key), lookup)?;
         Ok(found.map(|(trailer, value)| ([user_key, &trailer.to_be_bytes()].concat(), value)))
     }
 
@@ -1174,6 +1174,34 @@ mod tests {
             assert!(t.get(uk.as_bytes(), &lookup_key(uk.as_bytes(), 5)).unwrap().is_none());
         }
         assert!(cache.stats().misses < 60, "{:?}", cache.stats());
+    }
+
+    /// A table of 20,000 keys at 10 bits per key gets a fuse filter, at 12 a bloom filter (the
+    /// kind tables written before the fuse filter hold); both find every key, and the fuse
+    /// filter lets fewer absent keys through.
+    #[test]
+    fn tables_with_either_filter_find_every_key_and_skip_absent_ones() {
+        let entries: Vec<(Vec<u8>, Vec<u8>)> =
+            (0..20_000u64).map(|i| (internal_key(format!("k{i:06}").as_bytes(), i + 1, 1), vec![b'v'; 8])).collect();
+        let mut passed = Vec::new();
+        for (bits, fuse) in [(10, true), (12, false)] {
+            let o = TableOptions {
+                block_size: 4096,
+                restart_interval: 4,
+                bloom_bits_per_key: bits,
+                compression: Compression::None,
+            };
+            let (data, _) = build(&entries, o);
+            let t = open(data, &Arc::new(BlockCache::new(1 << 22))).unwrap();
+            assert_eq!(t.filter.as_ref().map(|f| f.is_fuse()), Some(fuse), "{bits} bits per key");
+            for i in (0..20_000u64).step_by(7) {
+                let uk = format!("k{i:06}");
+                assert!(t.get(uk.as_bytes(), &lookup_key(uk.as_bytes(), key::MAX_SEQ)).unwrap().is_some(), "{uk}");
+            }
+            passed.push((0..100_000).filter(|i| t.may_contain(format!("absent{i}").as_bytes())).count());
+        }
+        // 1/256 (about 390 of 100,000) against a 12-bit bloom filter's 0.31 % (about 310).
+        assert!(passed[0] < 550 && passed[1] < 450, "{passed:?}");
     }
 
     proptest::proptest! {

@@ -45,7 +45,7 @@ impl CairnEngine {
             ..Options::default()
         };
         let settings = format!(
-            "memtable {} MiB (+ up to {} frozen), block {} B, bloom {} bits/key, compression {:?}, block cache {} MiB, \
+            "memtable {} MiB (+ up to {} frozen), block {} B, filter {} bits/key (binary fuse, 1/256 false positives, where it fits; bloom otherwise), compression {:?}, block cache {} MiB, \
              {} compaction threads (each may merge a compaction as up to {} key ranges, one per extra thread; compactions out of levels 1+ at nice +{}, out of level 0 at normal priority) + 1 flush thread, \
              compactions paced by sync latency while synced writes happen: {}, \
              and by the latency of reads from the device while they happen: {}, \
