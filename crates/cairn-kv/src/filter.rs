@@ -84,21 +84,22 @@ impl FilterBuilder {
     /// a bloom filter ([`FilterBuilder::finish_bloom`]).
     pub fn finish(&self) -> Vec<u8> {
         if bloom_false_positive_rate(self.bits_per_key) > fuse_filter::FALSE_POSITIVE_RATE
-            && let Some(fuse) = fuse_filter::build(&self.hashes)
+            && let Some(fuse) = fuse_filter::build(&self.hashes, self.budget_bits() / 8)
         {
-            let budget = (self.hashes.len() as u64).saturating_mul(u64::from(self.bits_per_key));
-            if (fuse.len() as u64).saturating_mul(8) <= budget {
-                return fuse;
-            }
+            return fuse;
         }
         self.finish_bloom()
+    }
+
+    /// The filter's bits: `bits_per_key` for each key added.
+    fn budget_bits(&self) -> u64 {
+        (self.hashes.len() as u64).saturating_mul(u64::from(self.bits_per_key))
     }
 
     /// Serializes a bloom filter: bits, then the probe count.
     pub fn finish_bloom(&self) -> Vec<u8> {
         let k = num_probes(self.bits_per_key);
-        let wanted = (self.hashes.len() as u64).saturating_mul(u64::from(self.bits_per_key));
-        let bytes = wanted.max(MIN_BITS).div_ceil(8);
+        let bytes = self.budget_bits().max(MIN_BITS).div_ceil(8);
         let m = bytes * 8;
         let mut out = vec![0u8; bytes as usize + 1];
         for &h in &self.hashes {

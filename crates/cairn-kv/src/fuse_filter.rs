@@ -88,8 +88,9 @@ impl Geometry {
 }
 
 /// Builds a serialized filter over key hashes ([`crate::filter::key_hash`]); repeats are allowed.
-/// `None` when there are fewer than [`MIN_KEYS`] distinct hashes or no seed peels.
-pub fn build(hashes: &[u64]) -> Option<Vec<u8>> {
+/// `None` when there are fewer than [`MIN_KEYS`] distinct hashes, when the filter would take
+/// more than `max_bytes` (known from the key count, before any peeling), or when no seed peels.
+pub fn build(hashes: &[u64], max_bytes: u64) -> Option<Vec<u8>> {
     let mut keys = hashes.to_vec();
     keys.sort_unstable();
     keys.dedup();
@@ -98,6 +99,9 @@ pub fn build(hashes: &[u64]) -> Option<Vec<u8>> {
     }
     let geo = Geometry::for_keys(keys.len())?;
     let len = geo.array_length();
+    if (len + TRAILER) as u64 > max_bytes {
+        return None;
+    }
     let mut count = vec![0u32; len];
     let mut xor = vec![0u64; len];
     let mut queue = Vec::with_capacity(len);
@@ -203,7 +207,7 @@ mod tests {
 
     fn built(keys: &[Vec<u8>]) -> (Vec<u8>, FuseParams) {
         let hashes: Vec<u64> = keys.iter().map(|k| key_hash(k)).collect();
-        let data = build(&hashes).expect("builds");
+        let data = build(&hashes, u64::MAX).expect("builds");
         let p = FuseParams::decode(&data).expect("decodes");
         (data, p)
     }
@@ -232,11 +236,13 @@ mod tests {
     fn repeated_hashes_count_once_and_too_few_keys_build_nothing() {
         let mut hashes: Vec<u64> = (0..40u64).map(|i| key_hash(&i.to_le_bytes())).collect();
         hashes.extend_from_within(..);
-        let data = build(&hashes).expect("builds");
+        let data = build(&hashes, u64::MAX).expect("builds");
         let p = FuseParams::decode(&data).unwrap();
         assert!(hashes.iter().all(|&h| p.may_contain_hash(&data[..p.fingerprint_len()], h)));
-        assert!(build(&hashes[..MIN_KEYS - 1]).is_none());
-        assert!(build(&[7; 100]).is_none());
+        assert!(build(&hashes[..MIN_KEYS - 1], u64::MAX).is_none());
+        assert!(build(&[7; 100], u64::MAX).is_none());
+        assert!(build(&hashes, data.len() as u64 - 1).is_none(), "over the byte limit");
+        assert_eq!(build(&hashes, data.len() as u64).as_ref(), Some(&data));
     }
 
     #[test]
@@ -259,7 +265,7 @@ mod tests {
         #[test]
         fn added_keys_always_match(keys: Vec<Vec<u8>>) {
             let hashes: Vec<u64> = keys.iter().map(|k| key_hash(k)).collect();
-            if let Some(data) = build(&hashes) {
+            if let Some(data) = build(&hashes, u64::MAX) {
                 let p = FuseParams::decode(&data).unwrap();
                 for &h in &hashes {
                     prop_assert!(p.may_contain_hash(&data[..p.fingerprint_len()], h));

@@ -1,4 +1,4 @@
-//! Writes an SSTable: sorted internal entries cut into data blocks, then the bloom filter, the
+//! Writes an SSTable: sorted internal entries cut into data blocks, then the table filter, the
 //! index block and a fixed footer. This file also owns the table's framing constants and the
 //! [`Footer`] codec, shared with [`crate::table_reader`]. Layout: `docs/format/sstable.md`.
 //!
@@ -135,7 +135,7 @@ pub struct TableBuilder {
     block_size: usize,
     data_block: BlockBuilder,
     index_block: BlockBuilder,
-    bloom: Option<FilterBuilder>,
+    filter: Option<FilterBuilder>,
     offset: u64,
     info: TableInfo,
     /// Set after a write failed: the file's state is unknown, so further calls fail.
@@ -181,7 +181,7 @@ impl TableBuilder {
             block_size: opts.block_size.clamp(1, MAX_BLOCK_SIZE),
             data_block: BlockBuilder::new(opts.restart_interval),
             index_block: BlockBuilder::new(INDEX_RESTART_INTERVAL),
-            bloom: (opts.bloom_bits_per_key > 0).then(|| FilterBuilder::new(opts.bloom_bits_per_key)),
+            filter: (opts.bloom_bits_per_key > 0).then(|| FilterBuilder::new(opts.bloom_bits_per_key)),
             compressor: BlockCompressor::new(opts.compression),
             offset: 0,
             info: TableInfo {
@@ -271,7 +271,7 @@ impl TableBuilder {
         {
             self.flush_data_block()?;
         }
-        if let Some(b) = &mut self.bloom {
+        if let Some(b) = &mut self.filter {
             b.add_key(key::user_key(ikey));
         }
         if self.info.num_entries == 0 {
@@ -352,7 +352,7 @@ impl TableBuilder {
             self.flush_data_block()?;
         }
         let mut footer = Footer::default();
-        if let Some(b) = self.bloom.take() {
+        if let Some(b) = self.filter.take() {
             footer.filter = self.write_block(&b.finish(), TAG_NONE)?;
         }
         let index = self.index_block.finish();

@@ -217,16 +217,17 @@ impl Version {
     /// marked obsolete here; the caller does that once the edit is durable.
     pub fn apply(&self, edit: &VersionEdit, cleaner: &Arc<Cleaner>) -> Result<Version> {
         let deleted: HashSet<(usize, u64)> = edit.deleted_files.iter().copied().collect();
-        // Tables the edit removes from one level and adds to another (a move) keep their
-        // object: versions from before the move hold it, and when a later edit deletes the file
-        // it is that one object, not a copy, that is marked obsolete and outlives every reader.
-        let mut moved: HashMap<u64, Arc<TableFile>> = HashMap::new();
+        // Tables the edit removes, by number: one it also adds to another level (a move) keeps
+        // its object: versions from before the move hold it, and when a later edit deletes the
+        // file it is that one object, not a copy, that is marked obsolete and outlives every
+        // reader.
+        let mut removed: HashMap<u64, Arc<TableFile>> = HashMap::new();
         let mut levels: Vec<Vec<Arc<TableFile>>> = Vec::with_capacity(self.levels.len());
         for (l, files) in self.levels.iter().enumerate() {
             let mut kept = Vec::with_capacity(files.len());
             for f in files {
                 if deleted.contains(&(l, f.no())) {
-                    moved.insert(f.no(), f.clone());
+                    removed.insert(f.no(), f.clone());
                 } else {
                     kept.push(f.clone());
                 }
@@ -239,7 +240,7 @@ impl Version {
                 .ok_or_else(|| Error::InvalidArgument(format!("MANIFEST names level {level}, more than configured")))?;
             // A file is never rewritten under its number, so a moved table's info is the one
             // it had (compaction moves a table with a clone of its info).
-            match moved.remove(&info.file_no) {
+            match removed.remove(&info.file_no) {
                 Some(f) => files.push(f),
                 None => files.push(TableFile::new(info.clone(), cleaner.clone())),
             }
