@@ -69,6 +69,26 @@ impl WriteBatch {
         Ok(())
     }
 
+    /// Sets the key `prefix` + `key` to `value` without building the key first (keyspace
+    /// writes).
+    pub(crate) fn put_prefixed(&mut self, prefix: &[u8], key: &[u8], value: &[u8]) -> Result<()> {
+        let len = prefix.len() + key.len();
+        if len > MAX_KEY_LEN {
+            return Err(Error::KeyTooLarge { len, max: MAX_KEY_LEN });
+        }
+        if value.len() > MAX_VALUE_LEN {
+            return Err(Error::ValueTooLarge { len: value.len(), max: MAX_VALUE_LEN });
+        }
+        self.reserve_op(len + value.len());
+        self.rep.push(TAG_PUT);
+        crate::coding::put_varint(&mut self.rep, len as u64);
+        self.rep.extend_from_slice(prefix);
+        self.rep.extend_from_slice(key);
+        put_len_prefixed(&mut self.rep, value);
+        self.count += 1;
+        Ok(())
+    }
+
     /// Removes `key`.
     pub fn delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
         let key = key.as_ref();
