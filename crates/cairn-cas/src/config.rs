@@ -20,35 +20,34 @@
 //!
 //! Credentials are never read from the file: they come from the standard variables
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`) or the instance's role.
-//! Other top-level keys (the daemon's `token`, `[server]`) belong to other layers and are
-//! ignored here; unknown keys inside `[s3]` and `[packs]` are errors, so a misspelt field is
-//! not silently dropped.
+//! The application layer (crate `cairn`) reads the file, refuses unknown sections and keys, and
+//! hands the two tables ([`S3Table`], [`PacksTable`]) to [`resolve_tables`]; unknown keys inside
+//! them are errors too, so a misspelt field is never silently dropped.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_kv::{Db, FsStorage};
+use cairn_kv::FsStorage;
 use serde::Deserialize;
 
 use crate::backend::{LocalBackend, Remote};
-use crate::store::{Store, StoreConfig};
-
-/// The configuration file's name in a data directory.
-pub const CONFIG_FILE: &str = "cairn.toml";
+use crate::store::StoreConfig;
 
 /// The pack size with a backend when `packs.target_mb` is not set.
 pub const REMOTE_PACK_TARGET: u64 = 16 << 20;
 
 #[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
 struct File {
     s3: Option<S3Table>,
     packs: Option<PacksTable>,
 }
 
-#[derive(Deserialize, Default)]
+/// The `[s3]` table (see the module documentation).
+#[derive(Clone, Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct S3Table {
+pub struct S3Table {
     bucket: Option<String>,
     endpoint: Option<String>,
     region: Option<String>,
@@ -58,9 +57,10 @@ struct S3Table {
     max_retries: Option<usize>,
 }
 
-#[derive(Deserialize, Default)]
+/// The `[packs]` table (see the module documentation).
+#[derive(Clone, Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-struct PacksTable {
+pub struct PacksTable {
     target_mb: Option<u64>,
     cache_mb: Option<u64>,
     remote_dir: Option<PathBuf>,
@@ -89,8 +89,9 @@ pub struct Resolved {
     pub remote: Option<(RemoteSpec, u64)>,
 }
 
-/// Resolves the configuration from the file's text (`None`: no file) and an environment lookup,
-/// with `origin` naming the file in errors and relative `remote_dir`s resolved against `base`.
+/// Resolves the configuration from a file's text holding only `[s3]` and `[packs]` (`None`:
+/// no file) and an environment lookup, with `origin` naming the file in errors and relative
+/// `remote_dir`s resolved against `base`.
 pub fn resolve(
     text: Option<&str>,
     origin: &str,
@@ -101,9 +102,21 @@ pub fn resolve(
         Some(t) => toml::from_str(t).map_err(|e| invalid(format!("{origin}: {e}")))?,
         None => File::default(),
     };
+    resolve_tables(file.s3.as_ref(), file.packs.as_ref(), origin, base, env)
+}
+
+/// Resolves the `[s3]` and `[packs]` tables (each `None` when absent) with an environment
+/// lookup; `origin` names the file in errors, relative `remote_dir`s are resolved against `base`.
+pub fn resolve_tables(
+    s3: Option<&S3Table>,
+    packs: Option<&PacksTable>,
+    origin: &str,
+    base: &Path,
+    env: impl Fn(&str) -> Option<String>,
+) -> io::Result<Resolved> {
     let env = |k: &str| env(k).filter(|v| !v.is_empty());
-    let s3 = file.s3.unwrap_or_default();
-    let packs = file.packs.unwrap_or_default();
+    let s3 = s3.cloned().unwrap_or_default();
+    let packs = packs.cloned().unwrap_or_default();
     let pack_target = match packs.target_mb {
         Some(mb @ 1..=1024) => Some(mb << 20),
         Some(mb) => return Err(invalid(format!("{origin}: packs.target_mb = {mb} is not within 1 to 1024"))),
@@ -157,13 +170,9 @@ pub fn resolve(
     Ok(Resolved { pack_target, remote: Some((spec, cache_bytes)) })
 }
 
-/// How the store of data directory `data` is configured by its `cairn.toml` and the
-/// environment (for the command-line tools, the daemon and the document memory): the store's
-/// settings, and the backend of its sealed packs (`None`: packs stay local).
-pub fn load(data: &Path) -> io::Result<(StoreConfig, Option<Remote>)> {
-    let text = read_file(data)?;
-    let origin = data.join(CONFIG_FILE).display().to_string();
-    let resolved = resolve(text.as_deref(), &origin, data, |k| std::env::var(k).ok())?;
+/// The store's settings and the backend of its sealed packs (`None`: packs stay local), as
+/// `resolved` says; connects to the backend.
+pub fn connect(resolved: Resolved) -> io::Result<(StoreConfig, Option<Remote>)> {
     let mut store = StoreConfig::default();
     store.pack_target = match (resolved.pack_target, &resolved.remote) {
         (Some(t), _) => t,
@@ -178,24 +187,6 @@ pub fn load(data: &Path) -> io::Result<(StoreConfig, Option<Remote>)> {
         RemoteSpec::Dir(dir) => Arc::new(LocalBackend::new(Arc::new(FsStorage::new()), dir)?),
     };
     Ok((store, Some(Remote { backend, cache_bytes })))
-}
-
-/// The text of data directory `data`'s `cairn.toml`; `None` when there is none. Errors name
-/// the file.
-pub fn read_file(data: &Path) -> io::Result<Option<String>> {
-    let path = data.join(CONFIG_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(t) => Ok(Some(t)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(io::Error::new(e.kind(), format!("reading {}: {e}", path.display()))),
-    }
-}
-
-/// Opens the blob store of data directory `data` over its engine `db`: packs in
-/// `data/packs`, configured by [`load`].
-pub fn open_store(db: Db, data: &Path) -> crate::Result<Store> {
-    let (config, remote) = load(data).map_err(|source| crate::Error::Io { path: data.join(CONFIG_FILE), source })?;
-    Store::open_with_remote(db, Arc::new(FsStorage::new()), data.join("packs"), config, remote)
 }
 
 #[cfg(test)]
@@ -216,14 +207,14 @@ mod tests {
     #[test]
     fn nothing_configured_is_local() {
         assert_eq!(resolved(None, &[]).unwrap(), Resolved { pack_target: None, remote: None });
-        let text = "token = \"x\"\n[server]\nfoo = 1\n[packs]\ncache_mb = 5\ntarget_mb = 16\n";
+        let text = "[packs]\ncache_mb = 5\ntarget_mb = 16\n";
         assert_eq!(resolved(Some(text), &[]).unwrap(), Resolved { pack_target: Some(16 << 20), remote: None });
     }
 
     #[cfg(feature = "s3")]
     #[test]
     fn file_fields_and_env_overrides() {
-        let text = "token = \"t\"\n[s3]\nbucket = \"b\"\nendpoint = \"http://h:9000\"\nregion = \"eu-west-1\"\n\
+        let text = "[s3]\nbucket = \"b\"\nendpoint = \"http://h:9000\"\nregion = \"eu-west-1\"\n\
                     prefix = \"p/\"\npath_style = false\ntimeout_secs = 7\nmax_retries = 3\n[packs]\ncache_mb = 64\n";
         let (spec, cache) = run(Some(text), &[("AWS_REGION", "ignored")]).unwrap().unwrap();
         let RemoteSpec::S3(c) = spec else { panic!("{spec:?}") };
@@ -258,14 +249,13 @@ mod tests {
     #[test]
     fn pack_size_defaults_smaller_with_a_backend() {
         let t = tempfile::tempdir().unwrap();
-        let (store, remote) = load(t.path()).unwrap();
+        let load = |text: Option<&str>| connect(resolve(text, "cairn.toml", t.path(), |_| None).unwrap());
+        let (store, remote) = load(None).unwrap();
         assert!(remote.is_none() && store.pack_target == 64 << 20);
-        std::fs::write(t.path().join(CONFIG_FILE), "[packs]\nremote_dir = \"archive\"\n").unwrap();
-        let (store, remote) = load(t.path()).unwrap();
+        let (store, remote) = load(Some("[packs]\nremote_dir = \"archive\"\n")).unwrap();
         assert_eq!(remote.unwrap().backend.location(), t.path().join("archive").display().to_string());
         assert_eq!(store.pack_target, REMOTE_PACK_TARGET);
-        std::fs::write(t.path().join(CONFIG_FILE), "[packs]\nremote_dir = \"archive\"\ntarget_mb = 2\n").unwrap();
-        assert_eq!(load(t.path()).unwrap().0.pack_target, 2 << 20);
+        assert_eq!(load(Some("[packs]\nremote_dir = \"archive\"\ntarget_mb = 2\n")).unwrap().0.pack_target, 2 << 20);
     }
 
     #[test]
@@ -284,6 +274,8 @@ mod tests {
         let e = err(Some("[s3]\nbucket = 5\n"), &[]);
         assert!(e.contains("cairn.toml") && e.contains("bucket"), "{e}");
         let e = err(Some("[s3\n"), &[]);
+        assert!(e.contains("cairn.toml"), "{e}");
+        let e = err(Some("[server]\ntoken = \"x\"\n"), &[]);
         assert!(e.contains("cairn.toml"), "{e}");
         let e = err(Some("[packs]\ncache_mb = -1\n"), &[]);
         assert!(e.contains("cache_mb"), "{e}");

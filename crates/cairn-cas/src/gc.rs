@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use cairn_kv::WriteBatch;
+use cairn_kv::KeyspaceBatch;
 
 use crate::index::{self, ChunkRow, PackRow};
 use crate::pack::{self, PackWriter};
@@ -20,7 +20,7 @@ const MOVE_BATCH: usize = 8 << 20;
 
 /// Writes the live chunks of collected packs into new packs.
 struct Mover {
-    wb: WriteBatch,
+    wb: KeyspaceBatch,
     new_rows: BTreeMap<u64, PackRow>,
     out: Option<PackWriter>,
     moved: u64,
@@ -55,7 +55,7 @@ impl Mover {
             nr.live += g.entry_len();
             for (id, placed) in ChunkRow::in_group(&g, p.no, offset) {
                 let row = ChunkRow { refs: refs.get(&id).copied().unwrap_or(1), ..placed };
-                self.wb.put(index::key(index::CHUNK_PREFIX, &id), row.encode())?;
+                self.wb.put(&inner.rows, index::key(index::CHUNK_PREFIX, &id), row.encode())?;
                 self.moved += 1;
             }
         }
@@ -94,7 +94,7 @@ impl Store {
         inner.upload_all(&mut w)?;
         inner.ensure_reconciled(&w)?;
         let mut rows: BTreeMap<u64, PackRow> = BTreeMap::new();
-        for item in inner.db.prefix(index::PACK_PREFIX) {
+        for item in inner.rows.prefix(index::PACK_PREFIX) {
             let (k, v) = item?;
             let no = k.get(index::PACK_PREFIX.len()..).and_then(|b| b.try_into().ok()).map(u64::from_be_bytes);
             let no = no.ok_or_else(|| Error::corruption("<index>", 0, "malformed pack key"))?;
@@ -140,7 +140,7 @@ impl Store {
             return Ok(report);
         }
         let mut moves: Vec<(Id, ChunkRow)> = Vec::new();
-        for item in inner.db.prefix(index::CHUNK_PREFIX) {
+        for item in inner.rows.prefix(index::CHUNK_PREFIX) {
             let (k, v) = item?;
             let row = ChunkRow::decode(&v)?;
             if victims.contains(&row.pack) {
@@ -152,7 +152,7 @@ impl Store {
         // Copy in pack order for sequential reads; decode each entry once and regroup its live
         // chunks (a group of which some chunks died is rewritten without them).
         moves.sort_by_key(|(_, r)| (r.pack, r.offset));
-        let mut m = Mover { wb: WriteBatch::new(), new_rows: BTreeMap::new(), out: None, moved: 0 };
+        let mut m = Mover { wb: KeyspaceBatch::new(), new_rows: BTreeMap::new(), out: None, moved: 0 };
         let mut todo: Vec<(Id, Vec<u8>)> = Vec::new();
         let mut refs: HashMap<Id, u64> = HashMap::new();
         let mut todo_bytes = 0;
@@ -184,13 +184,13 @@ impl Store {
             w.sealed.extend(new_rows.keys());
         }
         for no in &victims {
-            wb.delete(index::pack_key(*no))?;
+            wb.delete(&inner.rows, index::pack_key(*no))?;
         }
         for (no, r) in &new_rows {
-            wb.put(index::pack_key(*no), r.encode())?;
+            wb.put(&inner.rows, index::pack_key(*no), r.encode())?;
         }
-        wb.put(index::NEXT_PACK, w.next_pack.to_le_bytes())?;
-        inner.db.write(wb)?;
+        wb.put(&inner.rows, index::NEXT_PACK, w.next_pack.to_le_bytes())?;
+        inner.rows.write(wb)?;
         w.persisted_next_pack = w.next_pack;
         // The copies are in the backend before the packs they replace are deleted from it.
         inner.upload_all(&mut w)?;

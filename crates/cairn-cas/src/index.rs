@@ -1,5 +1,5 @@
-//! The store's rows in the key-value engine, all under the prefix `cas/` (format in
-//! `docs/format/cas.md`):
+//! The store's rows in the key-value engine, in the `cas` keyspace (physical prefix `cas/`;
+//! keys below are relative to it; format in `docs/format/cas.md`):
 //!
 //! | key | value |
 //! |---|---|
@@ -13,12 +13,12 @@
 use crate::store::LargeChunks;
 use crate::{Error, HashAlgo, Id, Result};
 
-pub(crate) const META: &[u8] = b"cas/meta";
-pub(crate) const NEXT_PACK: &[u8] = b"cas/next_pack";
-pub(crate) const CHUNK_PREFIX: &[u8] = b"cas/c/";
-pub(crate) const BLOB_PREFIX: &[u8] = b"cas/b/";
-pub(crate) const PAGE_PREFIX: &[u8] = b"cas/x/";
-pub(crate) const PACK_PREFIX: &[u8] = b"cas/p/";
+pub(crate) const META: &[u8] = b"meta";
+pub(crate) const NEXT_PACK: &[u8] = b"next_pack";
+pub(crate) const CHUNK_PREFIX: &[u8] = b"c/";
+pub(crate) const BLOB_PREFIX: &[u8] = b"b/";
+pub(crate) const PAGE_PREFIX: &[u8] = b"x/";
+pub(crate) const PACK_PREFIX: &[u8] = b"p/";
 
 /// Chunk ids per blob row or page (2 MiB of ids).
 pub(crate) const IDS_PER_PAGE: usize = 65_536;

@@ -11,7 +11,7 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cairn_kv::{Db, RandomAccessFile, Storage, WriteBatch};
+use cairn_kv::{Keyspace, KeyspaceBatch, RandomAccessFile, Storage};
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::backend::Remote;
@@ -239,7 +239,8 @@ impl RemoteState {
 }
 
 pub(crate) struct Inner {
-    pub db: Db,
+    /// The store's rows (the `cas` keyspace).
+    pub rows: Keyspace,
     pub meta: Meta,
     pub pack_target: u64,
     pub zstd_level: i32,
@@ -341,23 +342,30 @@ impl Drop for Inner {
     }
 }
 
-/// A content-addressed blob store: packs in a directory, index rows in a [`Db`]. Cheap to clone.
+/// A content-addressed blob store: packs in a directory, index rows in the engine's `cas`
+/// keyspace. Cheap to clone.
 #[derive(Clone)]
 pub struct Store {
     pub(crate) inner: Arc<Inner>,
 }
 
 impl Store {
-    /// Opens (or creates) the store whose packs live in `dir` and whose index lives in `db`.
-    pub fn open(db: Db, storage: Arc<dyn Storage>, dir: impl Into<PathBuf>, config: StoreConfig) -> Result<Store> {
-        Store::open_with_remote(db, storage, dir, config, None)
+    /// Opens (or creates) the store whose packs live in `dir` and whose index rows live in
+    /// `rows` (the engine's [`cairn_kv::keyspace::CAS`] keyspace).
+    pub fn open(
+        rows: Keyspace,
+        storage: Arc<dyn Storage>,
+        dir: impl Into<PathBuf>,
+        config: StoreConfig,
+    ) -> Result<Store> {
+        Store::open_with_remote(rows, storage, dir, config, None)
     }
 
     /// [`Store::open`] with sealed packs kept in a [`Backend`](crate::Backend): `dir` then holds
     /// the pack being written, packs not uploaded yet and a cache of recently used packs. Packs
     /// a crash left un-uploaded are uploaded now.
     pub fn open_with_remote(
-        db: Db,
+        rows: Keyspace,
         storage: Arc<dyn Storage>,
         dir: impl Into<PathBuf>,
         config: StoreConfig,
@@ -366,7 +374,7 @@ impl Store {
         config.check()?;
         let dir = dir.into();
         storage.create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        let meta = match db.get(index::META)? {
+        let meta = match rows.get(index::META)? {
             Some(b) => Meta::decode(&b)?,
             None => {
                 let m = Meta {
@@ -376,11 +384,11 @@ impl Store {
                     max_chunk: config.max_chunk,
                     large: config.large_chunks,
                 };
-                db.put(index::META, m.encode())?;
+                rows.put(index::META, m.encode())?;
                 m
             }
         };
-        let next_pack = match db.get(index::NEXT_PACK)? {
+        let next_pack = match rows.get(index::NEXT_PACK)? {
             Some(b) => u64::from_le_bytes(
                 b.as_ref().try_into().map_err(|_| Error::corruption("<index>", 0, "malformed next_pack row"))?,
             ),
@@ -395,7 +403,7 @@ impl Store {
             uploads: Uploads::default(),
         });
         let inner = Inner {
-            db,
+            rows,
             meta,
             pack_target: config.pack_target.max(1 << 16),
             zstd_level: config.zstd_level,
@@ -465,7 +473,7 @@ impl Store {
             chunks: HashMap::new(),
             blobs: HashMap::new(),
             packs: HashMap::new(),
-            extra: WriteBatch::new(),
+            extra: KeyspaceBatch::new(),
             pending: Vec::new(),
             pending_bytes: 0,
             written: 0,
@@ -526,7 +534,7 @@ impl Store {
     pub fn blob_info(&self, id: &Id) -> Result<Option<BlobInfo>> {
         Ok(self
             .inner
-            .db
+            .rows
             .get(index::key(index::BLOB_PREFIX, id))?
             .map(|b| BlobRow::decode(&b))
             .transpose()?
@@ -535,7 +543,7 @@ impl Store {
 
     /// Whether a blob is stored.
     pub fn contains(&self, id: &Id) -> Result<bool> {
-        Ok(self.inner.db.get(index::key(index::BLOB_PREFIX, id))?.is_some())
+        Ok(self.inner.rows.get(index::key(index::BLOB_PREFIX, id))?.is_some())
     }
 
     /// Reads a whole blob into memory (see [`Store::reader`] for large blobs).
@@ -578,7 +586,7 @@ impl Store {
 
     /// Totals over the whole store.
     pub fn stats(&self) -> Result<StoreStats> {
-        let db = &self.inner.db;
+        let db = &self.inner.rows;
         let mut s = StoreStats::default();
         for item in db.prefix(index::BLOB_PREFIX) {
             let (_, v) = item?;
@@ -677,11 +685,11 @@ impl Local {
 
 impl Inner {
     pub fn blob_row(&self, id: &Id) -> Result<Option<BlobRow>> {
-        self.db.get(index::key(index::BLOB_PREFIX, id))?.map(|b| BlobRow::decode(&b)).transpose()
+        self.rows.get(index::key(index::BLOB_PREFIX, id))?.map(|b| BlobRow::decode(&b)).transpose()
     }
 
     pub fn chunk_row(&self, id: &Id) -> Result<Option<ChunkRow>> {
-        self.db.get(index::key(index::CHUNK_PREFIX, id))?.map(|b| ChunkRow::decode(&b)).transpose()
+        self.rows.get(index::key(index::CHUNK_PREFIX, id))?.map(|b| ChunkRow::decode(&b)).transpose()
     }
 
     /// Every chunk id of a blob, in order (first page plus further pages).
@@ -689,7 +697,7 @@ impl Inner {
         let mut ids = row.first_page.clone();
         let mut page = 1u32;
         while (ids.len() as u64) < row.chunk_count {
-            let b = self.db.get(index::page_key(id, page))?.ok_or_else(|| {
+            let b = self.rows.get(index::page_key(id, page))?.ok_or_else(|| {
                 Error::corruption("<index>", 0, format!("blob {id} is missing chunk-list page {page}"))
             })?;
             ids.extend(index::decode_ids(&b).ok_or_else(|| Error::corruption("<index>", 0, "malformed page row"))?);
@@ -838,7 +846,7 @@ impl Inner {
             let uploaded = self.remote_state.lock().uploaded.contains(&no);
             if uploaded {
                 self.cache_local_copy(no);
-            } else if self.db.get(index::pack_key(no))?.is_some() {
+            } else if self.rows.get(index::pack_key(no))?.is_some() {
                 self.upload(no)?;
             }
         }
@@ -970,12 +978,21 @@ pub struct Batch<'a> {
     /// Pending blob rows (`None`: deleted), with the chunk ids beyond the first page of new blobs.
     blobs: HashMap<Id, Option<PendingBlob>>,
     packs: HashMap<u64, PackRow>,
-    extra: WriteBatch,
+    /// Rows of other layers committed with the store's.
+    extra: KeyspaceBatch,
     /// New chunks not written yet, in the order they came (their rows say [`PENDING`]).
     pending: Vec<(Id, Vec<u8>)>,
     pending_bytes: usize,
     /// Bytes appended to packs.
     written: u64,
+}
+
+/// The blob store's own rows are written by the store alone.
+fn check_foreign(ks: &Keyspace) -> Result<()> {
+    if ks.id() == cairn_kv::keyspace::CAS {
+        return Err(Error::InvalidArgument("the cas keyspace belongs to the blob store".into()));
+    }
+    Ok(())
 }
 
 /// The pack number in the row of a chunk a batch holds but has not written yet.
@@ -1009,7 +1026,7 @@ impl Batch<'_> {
 
     fn pack_row(&mut self, no: u64) -> Result<&mut PackRow> {
         if !self.packs.contains_key(&no) {
-            let row = match self.inner.db.get(index::pack_key(no))? {
+            let row = match self.inner.rows.get(index::pack_key(no))? {
                 Some(b) => PackRow::decode(&b)?,
                 None => PackRow::default(),
             };
@@ -1171,24 +1188,18 @@ impl Batch<'_> {
         Ok(self.add_new(p.id, p.size, taken, new_chunks, new_bytes))
     }
 
-    /// Adds a row of the caller's own to the batch's engine write (committed atomically with the
-    /// store's rows). The key must not use the `cas/` prefix.
-    pub fn kv_put(&mut self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
-        let key = key.as_ref();
-        if key.starts_with(b"cas/") {
-            return Err(Error::InvalidArgument("the cas/ prefix belongs to the blob store".into()));
-        }
-        self.extra.put(key, value)?;
+    /// Adds a row of another layer (written through its keyspace handle `ks`) to the batch's
+    /// engine write, committed atomically with the store's rows.
+    pub fn kv_put(&mut self, ks: &Keyspace, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        check_foreign(ks)?;
+        self.extra.put(ks, key, value)?;
         Ok(())
     }
 
-    /// Deletes a row of the caller's own in the batch's engine write.
-    pub fn kv_delete(&mut self, key: impl AsRef<[u8]>) -> Result<()> {
-        let key = key.as_ref();
-        if key.starts_with(b"cas/") {
-            return Err(Error::InvalidArgument("the cas/ prefix belongs to the blob store".into()));
-        }
-        self.extra.delete(key)?;
+    /// Deletes a row of another layer (see [`Batch::kv_put`]) in the batch's engine write.
+    pub fn kv_delete(&mut self, ks: &Keyspace, key: impl AsRef<[u8]>) -> Result<()> {
+        check_foreign(ks)?;
+        self.extra.delete(ks, key)?;
         Ok(())
     }
 
@@ -1279,43 +1290,37 @@ impl Batch<'_> {
                 self.w.pack_in_dir = true;
             }
         }
-        let mut wb = WriteBatch::new();
+        let rows = &self.inner.rows;
+        let mut wb = std::mem::take(&mut self.extra);
         for (id, row) in &self.chunks {
             let k = index::key(index::CHUNK_PREFIX, id);
-            if row.refs == 0 { wb.delete(k)? } else { wb.put(k, row.encode())? }
+            if row.refs == 0 { wb.delete(rows, k)? } else { wb.put(rows, k, row.encode())? }
         }
         for (id, b) in &self.blobs {
             let k = index::key(index::BLOB_PREFIX, id);
             match b {
                 Some((row, pages)) => {
-                    wb.put(k, row.encode())?;
+                    wb.put(rows, k, row.encode())?;
                     for (i, page) in pages.iter().flat_map(|p| p.chunks(IDS_PER_PAGE)).enumerate() {
-                        wb.put(index::page_key(id, i as u32 + 1), index::encode_ids(page))?;
+                        wb.put(rows, index::page_key(id, i as u32 + 1), index::encode_ids(page))?;
                     }
                 }
                 None => {
-                    wb.delete(k)?;
+                    wb.delete(rows, k)?;
                     let mut end = index::key(index::PAGE_PREFIX, id);
                     end.extend_from_slice(&[0xFF; 5]);
-                    wb.delete_range(index::key(index::PAGE_PREFIX, id), end)?;
+                    wb.delete_range(rows, index::key(index::PAGE_PREFIX, id), end)?;
                 }
             }
         }
         for (no, row) in &self.packs {
-            wb.put(index::pack_key(*no), row.encode())?;
-        }
-        for op in self.extra.iter() {
-            match op {
-                cairn_kv::BatchOp::Put(k, v) => wb.put(k, v)?,
-                cairn_kv::BatchOp::Delete(k) => wb.delete(k)?,
-                cairn_kv::BatchOp::DeleteRange(s, e) => wb.delete_range(s, e)?,
-            }
+            wb.put(rows, index::pack_key(*no), row.encode())?;
         }
         let next_pack = self.w.next_pack;
         if next_pack != self.w.persisted_next_pack {
-            wb.put(index::NEXT_PACK, next_pack.to_le_bytes())?;
+            wb.put(rows, index::NEXT_PACK, next_pack.to_le_bytes())?;
         }
-        self.inner.db.write(wb)?;
+        rows.write(wb)?;
         self.w.persisted_next_pack = next_pack;
         // Only now may a sealed pack be uploaded: the index names its committed bytes.
         self.inner.upload_sealed(&mut self.w);
@@ -1339,7 +1344,12 @@ pub(crate) fn encode_groups(chunks: &[(Id, Vec<u8>)], target: usize, level: i32)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cairn_kv::{MemStorage, Options};
+    use cairn_kv::keyspace::CAS;
+    use cairn_kv::{Db, MemStorage, Options, WriteBatch};
+
+    fn physical(k: Vec<u8>) -> Vec<u8> {
+        [CAS.prefix(), &k].concat()
+    }
 
     /// A store written before group entries existed (a version 1 entry and a 32-byte chunk
     /// row) still reads, verifies, and is regrouped by gc.
@@ -1348,7 +1358,7 @@ mod tests {
         let storage = MemStorage::new();
         let s: Arc<dyn Storage> = Arc::new(storage.clone());
         let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).unwrap();
-        let store = Store::open(db.clone(), s.clone(), "/d/packs", StoreConfig::default()).unwrap();
+        let store = Store::open(db.keyspace(CAS), s.clone(), "/d/packs", StoreConfig::default()).unwrap();
         let data = b"an old chunk, stored alone ".repeat(100);
         let id = HashAlgo::Blake3.hash(&data);
         let mut w = PackWriter::create(&s, Path::new("/d/packs"), 1).unwrap();
@@ -1359,15 +1369,15 @@ mod tests {
         let row = ChunkRow { pack: 1, offset, entry_len, raw_len: data.len() as u32, refs: 1, group: None };
         assert_eq!(row.encode().len(), 32);
         let mut wb = WriteBatch::new();
-        wb.put(index::key(index::CHUNK_PREFIX, &id), row.encode()).unwrap();
+        wb.put(physical(index::key(index::CHUNK_PREFIX, &id)), row.encode()).unwrap();
         let blob = BlobRow { refs: 1, size: data.len() as u64, chunk_count: 1, first_page: vec![id] };
-        wb.put(index::key(index::BLOB_PREFIX, &id), blob.encode()).unwrap();
+        wb.put(physical(index::key(index::BLOB_PREFIX, &id)), blob.encode()).unwrap();
         let total = w.len() - pack::PACK_HEADER_LEN;
-        wb.put(index::pack_key(1), PackRow { total, live: total }.encode()).unwrap();
-        wb.put(index::NEXT_PACK, 2u64.to_le_bytes()).unwrap();
+        wb.put(physical(index::pack_key(1)), PackRow { total, live: total }.encode()).unwrap();
+        wb.put(physical(index::NEXT_PACK.to_vec()), 2u64.to_le_bytes()).unwrap();
         db.write(wb).unwrap();
         drop(store);
-        let store = Store::open(db.clone(), s, "/d/packs", StoreConfig::default()).unwrap();
+        let store = Store::open(db.keyspace(CAS), s, "/d/packs", StoreConfig::default()).unwrap();
         assert_eq!(store.get(&id).unwrap(), data);
         assert!(store.verify().unwrap().is_ok());
         let r = store.gc(1.1).unwrap();

@@ -62,7 +62,7 @@ impl Store {
         inner.ensure_reconciled(&inner.writer.lock())?;
         let mut report = VerifyReport::default();
         let mut rows: HashMap<Id, ChunkRow> = HashMap::new();
-        for item in inner.db.prefix(index::CHUNK_PREFIX) {
+        for item in inner.rows.prefix(index::CHUNK_PREFIX) {
             let (k, v) = item?;
             let id = Id::from_slice(&k[index::CHUNK_PREFIX.len()..])
                 .ok_or_else(|| Error::corruption("<index>", 0, "malformed chunk key"))?;
@@ -126,7 +126,7 @@ impl Store {
             }
         }
         let mut counted: HashMap<Id, u64> = HashMap::new();
-        for item in inner.db.prefix(index::BLOB_PREFIX) {
+        for item in inner.rows.prefix(index::BLOB_PREFIX) {
             let (k, v) = item?;
             let Some(blob) = Id::from_slice(&k[index::BLOB_PREFIX.len()..]) else {
                 report.broken_blobs.push((Id([0; 32]), "malformed blob key".into()));

@@ -110,6 +110,21 @@ impl SearchIndex {
         self.reader.searcher()
     }
 
+    /// The document id of every entry in the committed index (an id twice means a duplicate).
+    pub fn ids(&self) -> Result<Vec<u64>> {
+        let searcher = self.reader.searcher();
+        let mut out = Vec::new();
+        for seg in searcher.segment_readers() {
+            let col = seg.fast_fields().u64("id")?;
+            for doc in seg.doc_ids_alive() {
+                if let Some(id) = col.first(doc) {
+                    out.push(id);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Entries in the committed index.
     pub fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()

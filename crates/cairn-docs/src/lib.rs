@@ -15,14 +15,15 @@ mod grep;
 mod index;
 pub mod rows;
 pub mod tokenizer;
+mod verify;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use cairn_cas::{BlobReader, Id, Prepared, Store};
-use cairn_kv::{Db, Options, WriteBatch, WriteOptions};
+use cairn_kv::{Keyspace, KeyspaceBatch, WriteOptions};
 use parking_lot::Mutex;
 use rayon::prelude::*;
 
@@ -31,6 +32,7 @@ pub use extract::Kind;
 pub use grep::{GrepFile, GrepLine, GrepOptions, GrepStats};
 pub use index::QueryMode;
 pub use rows::{DocRecord, VersionRecord, format_time, parse_time};
+pub use verify::{Problem, VerifyReport};
 
 use rows::{decode, encode};
 
@@ -180,17 +182,18 @@ struct WriteState {
 impl WriteState {
     /// Puts a `docs/q/` row for document `id` into `batch`: its index entry must be redone if
     /// the index is not committed before a crash. Remembered until the next index commit.
-    fn queue_index(&mut self, batch: &mut cairn_cas::Batch<'_>, id: u64) -> Result<()> {
+    fn queue_index(&mut self, rows_ks: &Keyspace, batch: &mut cairn_cas::Batch<'_>, id: u64) -> Result<()> {
         let seq = self.next_seq;
         self.next_seq += 1;
-        batch.kv_put(rows::queue_key(seq), id.to_be_bytes())?;
+        batch.kv_put(rows_ks, rows::queue_key(seq), id.to_be_bytes())?;
         self.uncommitted.push(seq);
         Ok(())
     }
 }
 
 struct Inner {
-    db: Db,
+    /// The memory's rows (the engine's `docs` keyspace).
+    rows: Keyspace,
     store: Store,
     index: index::SearchIndex,
     write: Mutex<WriteState>,
@@ -220,37 +223,22 @@ struct Staged {
 }
 
 impl Memory {
-    /// Opens (or creates) the memory in data directory `dir`: the engine in `dir/kv`, packs in
-    /// `dir/packs` (sealed packs in the backend `dir/cairn.toml` or the environment configures,
-    /// see [`cairn_cas::config`]), the full-text index in `dir/docs-index`.
-    pub fn open(dir: impl AsRef<Path>) -> Result<Memory> {
-        let dir = dir.as_ref();
-        let db = Db::open(dir.join("kv"), Options::default())?;
-        let store = cairn_cas::config::open_store(db.clone(), dir)?;
-        Memory::with_parts(db, store, dir.join("docs-index"))
-    }
-
     /// Opens the memory over an open engine and store, with its index in `index_dir`. Replays
     /// index work a crash left undone; rebuilds the index if it is missing.
-    pub fn with_parts(db: Db, store: Store, index_dir: impl Into<PathBuf>) -> Result<Memory> {
+    pub fn with_parts(rows: Keyspace, store: Store, index_dir: impl Into<PathBuf>) -> Result<Memory> {
         let (index, created) = index::SearchIndex::open(&index_dir.into())?;
-        let next_id = match db.prefix(rows::DOC).next_back() {
+        let next_id = match rows.prefix(rows::DOC).next_back() {
             Some(kv) => rows::trailing_id(&kv?.0)? + 1,
             None => 1,
         };
-        let next_seq = match db.prefix(rows::QUEUE).next_back() {
+        let next_seq = match rows.prefix(rows::QUEUE).next_back() {
             Some(kv) => rows::trailing_id(&kv?.0)? + 1,
             None => 0,
         };
         let write = Mutex::new(WriteState { next_id, next_seq, uncommitted: Vec::new() });
-        let m = Memory { inner: Arc::new(Inner { db, store, index, write, queue: Mutex::default() }) };
+        let m = Memory { inner: Arc::new(Inner { rows, store, index, write, queue: Mutex::default() }) };
         m.reconcile(created)?;
         Ok(m)
-    }
-
-    /// The engine underneath.
-    pub fn db(&self) -> &Db {
-        &self.inner.db
     }
 
     /// The blob store underneath.
@@ -261,15 +249,15 @@ impl Memory {
     fn reconcile(&self, index_created: bool) -> Result<()> {
         let mut w = self.inner.write.lock();
         let mut ids = BTreeSet::new();
-        for kv in self.inner.db.prefix(rows::QUEUE) {
+        for kv in self.inner.rows.prefix(rows::QUEUE) {
             let (k, v) = kv?;
             w.uncommitted.push(rows::trailing_id(&k)?);
             ids.insert(rows::id_value(&k, &v)?);
         }
-        if index_created && next_is_nonempty(&self.inner.db)? {
+        if index_created && next_is_nonempty(&self.inner.rows)? {
             // The index is gone (deleted, or never written): rebuild it from the documents.
             self.inner.index.clear()?;
-            for kv in self.inner.db.prefix(rows::DOC) {
+            for kv in self.inner.rows.prefix(rows::DOC) {
                 ids.insert(rows::trailing_id(&kv?.0)?);
             }
         }
@@ -299,12 +287,12 @@ impl Memory {
     fn commit_locked(&self, w: &mut WriteState) -> Result<()> {
         self.inner.index.commit()?;
         if !w.uncommitted.is_empty() {
-            let mut b = WriteBatch::new();
+            let mut b = KeyspaceBatch::new();
             for seq in w.uncommitted.drain(..) {
-                b.delete(rows::queue_key(seq))?;
+                b.delete(&self.inner.rows, rows::queue_key(seq))?;
             }
             // Losing these deletes only makes the next open redo idempotent index work.
-            self.inner.db.write_opt(b, WriteOptions::no_sync())?;
+            self.inner.rows.write_opt(b, WriteOptions::no_sync())?;
         }
         Ok(())
     }
@@ -417,8 +405,8 @@ impl Memory {
                             meta,
                         };
                         let v = VersionRecord { version, hash, size: doc.size, mime: doc.mime.clone(), added: now };
-                        batch.kv_put(rows::version_key(id, version), encode(&v))?;
-                        w.queue_index(&mut batch, id)?;
+                        batch.kv_put(&self.inner.rows, rows::version_key(id, version), encode(&v))?;
+                        w.queue_index(&self.inner.rows, &mut batch, id)?;
                         reindex.retain(|(i, _)| *i != id);
                         reindex.push((id, s.text));
                         let status = if before.is_some() { AddStatus::NewVersion } else { AddStatus::Added };
@@ -447,7 +435,7 @@ impl Memory {
         }
         for (doc, before) in touched.values() {
             if before.as_ref() != Some(doc) {
-                write_doc_rows(&mut RowSink::Cas(&mut batch), doc, before.as_ref())?;
+                write_doc_rows(&mut RowSink::Cas(&self.inner.rows, &mut batch), doc, before.as_ref())?;
             }
         }
         batch.commit()?;
@@ -517,10 +505,10 @@ impl Memory {
         doc.meta.extend(opts.meta.iter().cloned());
         if status != AddStatus::Unchanged {
             let v = VersionRecord { version, hash, size: put.size, mime: doc.mime.clone(), added: now };
-            batch.kv_put(rows::version_key(id, version), encode(&v))?;
-            w.queue_index(&mut batch, id)?;
+            batch.kv_put(&self.inner.rows, rows::version_key(id, version), encode(&v))?;
+            w.queue_index(&self.inner.rows, &mut batch, id)?;
         }
-        write_doc_rows(&mut RowSink::Cas(&mut batch), &doc, before.as_ref())?;
+        write_doc_rows(&mut RowSink::Cas(&self.inner.rows, &mut batch), &doc, before.as_ref())?;
         batch.commit()?;
         if status != AddStatus::Unchanged {
             self.inner.index.replace(id, path, None)?;
@@ -531,7 +519,7 @@ impl Memory {
     /// The document at `path`, if any.
     pub fn doc_by_path(&self, path: &str) -> Result<Option<DocRecord>> {
         let k = rows::path_key(path);
-        match self.inner.db.get(&k)? {
+        match self.inner.rows.get(&k)? {
             Some(v) => self.doc_by_id(rows::id_value(&k, &v)?),
             None => Ok(None),
         }
@@ -540,7 +528,7 @@ impl Memory {
     /// The document with id `id`, if any.
     pub fn doc_by_id(&self, id: u64) -> Result<Option<DocRecord>> {
         let k = rows::doc_key(id);
-        self.inner.db.get(&k)?.map(|v| decode(&k, &v)).transpose()
+        self.inner.rows.get(&k)?.map(|v| decode(&k, &v)).transpose()
     }
 
     /// The document at `path`, or [`Error::NotFound`].
@@ -552,7 +540,7 @@ impl Memory {
     pub fn versions(&self, path: &str) -> Result<Vec<VersionRecord>> {
         let doc = self.get(path)?;
         self.inner
-            .db
+            .rows
             .prefix(rows::versions_prefix(doc.id))
             .map(|kv| {
                 let (k, v) = kv?;
@@ -568,7 +556,7 @@ impl Memory {
             None => doc.hash,
             Some(n) => {
                 let k = rows::version_key(doc.id, n);
-                let v = self.inner.db.get(&k)?.ok_or_else(|| Error::NoVersion(path.to_string(), n))?;
+                let v = self.inner.rows.get(&k)?.ok_or_else(|| Error::NoVersion(path.to_string(), n))?;
                 decode::<VersionRecord>(&k, &v)?.hash
             }
         };
@@ -600,15 +588,15 @@ impl Memory {
             if removed.contains(&doc.id) {
                 continue;
             }
-            for kv in self.inner.db.prefix(rows::versions_prefix(doc.id)) {
+            for kv in self.inner.rows.prefix(rows::versions_prefix(doc.id)) {
                 let (k, v) = kv?;
                 let ver: VersionRecord = decode(&k, &v)?;
                 batch.release(&rows::parse_hash(p, &ver.hash)?)?;
-                batch.kv_delete(&k)?;
+                batch.kv_delete(&self.inner.rows, &k)?;
             }
-            let mut sink = RowSink::Cas(&mut batch);
+            let mut sink = RowSink::Cas(&self.inner.rows, &mut batch);
             delete_doc_rows(&mut sink, &doc)?;
-            w.queue_index(&mut batch, doc.id)?;
+            w.queue_index(&self.inner.rows, &mut batch, doc.id)?;
             removed.push(doc.id);
         }
         batch.commit()?;
@@ -665,7 +653,7 @@ impl Memory {
     fn update(&self, paths: &[String], mut f: impl FnMut(&mut DocRecord) -> bool) -> Result<Vec<String>> {
         let _w = self.inner.write.lock();
         let now = rows::now_micros();
-        let mut b = WriteBatch::new();
+        let mut b = KeyspaceBatch::new();
         let mut missing = Vec::new();
         let mut seen = HashSet::new();
         for p in paths {
@@ -679,11 +667,11 @@ impl Memory {
             let mut doc = before.clone();
             if f(&mut doc) {
                 doc.updated = now;
-                write_doc_rows(&mut RowSink::Kv(&mut b), &doc, Some(&before))?;
+                write_doc_rows(&mut RowSink::Kv(&self.inner.rows, &mut b), &doc, Some(&before))?;
             }
         }
         if !b.is_empty() {
-            self.inner.db.write(b)?;
+            self.inner.rows.write(b)?;
         }
         Ok(missing)
     }
@@ -699,7 +687,7 @@ impl Memory {
             .chain(filter.meta.iter().map(|(k, v)| rows::meta_prefix(k, v)));
         for prefix in prefixes {
             let mut ids = HashSet::new();
-            for kv in self.inner.db.prefix(&prefix) {
+            for kv in self.inner.rows.prefix(&prefix) {
                 let id = rows::trailing_id(&kv?.0)?;
                 if set.as_ref().is_none_or(|s| s.contains(&id)) {
                     ids.insert(id);
@@ -737,7 +725,7 @@ impl Memory {
                 }
             }
             None => {
-                for kv in self.inner.db.prefix(rows::DOC) {
+                for kv in self.inner.rows.prefix(rows::DOC) {
                     let (k, v) = kv?;
                     let d: DocRecord = decode(&k, &v)?;
                     if keep(&d) {
@@ -803,7 +791,7 @@ impl Memory {
         let mut w = self.inner.write.lock();
         self.inner.index.clear()?;
         let mut n = 0;
-        for kv in self.inner.db.prefix(rows::DOC) {
+        for kv in self.inner.rows.prefix(rows::DOC) {
             let (k, v) = kv?;
             let doc: DocRecord = decode(&k, &v)?;
             self.reindex(&doc)?;
@@ -816,7 +804,7 @@ impl Memory {
     /// What the memory holds.
     pub fn stats(&self) -> Result<MemoryStats> {
         let mut s = MemoryStats { indexed: self.inner.index.num_docs(), ..Default::default() };
-        for kv in self.inner.db.prefix(rows::DOC) {
+        for kv in self.inner.rows.prefix(rows::DOC) {
             let (k, v) = kv?;
             let d: DocRecord = decode(&k, &v)?;
             s.documents += 1;
@@ -827,8 +815,8 @@ impl Memory {
     }
 }
 
-fn next_is_nonempty(db: &Db) -> Result<bool> {
-    Ok(db.prefix(rows::DOC).next().transpose()?.is_some())
+fn next_is_nonempty(rows: &Keyspace) -> Result<bool> {
+    Ok(rows.prefix(rows::DOC).next().transpose()?.is_some())
 }
 
 fn check_path(path: &str) -> Result<()> {
@@ -851,23 +839,23 @@ fn check_labels(opts: &AddOptions) -> Result<()> {
 
 /// Where row changes go: a blob-store batch (with blob references) or a plain engine batch.
 enum RowSink<'a, 'b> {
-    Cas(&'a mut cairn_cas::Batch<'b>),
-    Kv(&'a mut WriteBatch),
+    Cas(&'a Keyspace, &'a mut cairn_cas::Batch<'b>),
+    Kv(&'a Keyspace, &'a mut KeyspaceBatch),
 }
 
 impl RowSink<'_, '_> {
     fn put(&mut self, k: &[u8], v: &[u8]) -> Result<()> {
         match self {
-            RowSink::Cas(b) => b.kv_put(k, v)?,
-            RowSink::Kv(b) => b.put(k, v)?,
+            RowSink::Cas(ks, b) => b.kv_put(ks, k, v)?,
+            RowSink::Kv(ks, b) => b.put(ks, k, v)?,
         }
         Ok(())
     }
 
     fn delete(&mut self, k: &[u8]) -> Result<()> {
         match self {
-            RowSink::Cas(b) => b.kv_delete(k)?,
-            RowSink::Kv(b) => b.delete(k)?,
+            RowSink::Cas(ks, b) => b.kv_delete(ks, k)?,
+            RowSink::Kv(ks, b) => b.delete(ks, k)?,
         }
         Ok(())
     }

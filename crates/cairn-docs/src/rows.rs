@@ -1,5 +1,6 @@
-//! The memory's rows in the engine (all under `docs/`; see docs/format/docs.md) and their
-//! encodings. Records are one format byte followed by JSON.
+//! The memory's rows in the engine (the `docs` keyspace, physical prefix `docs/`; keys below
+//! are relative to it; see docs/format/docs.md) and their encodings. Records are one format
+//! byte followed by JSON.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -9,17 +10,17 @@ use serde::{Deserialize, Serialize};
 use crate::{Error, Result};
 
 /// `docs/d/<id u64 BE>` -> [`DocRecord`].
-pub const DOC: &[u8] = b"docs/d/";
+pub const DOC: &[u8] = b"d/";
 /// `docs/v/<id u64 BE><version u32 BE>` -> [`VersionRecord`].
-pub const VERSION: &[u8] = b"docs/v/";
+pub const VERSION: &[u8] = b"v/";
 /// `docs/p/<path>` -> id (u64 BE).
-pub const PATH: &[u8] = b"docs/p/";
+pub const PATH: &[u8] = b"p/";
 /// `docs/t/<tag> 0x00 <id u64 BE>` -> empty.
-pub const TAG: &[u8] = b"docs/t/";
+pub const TAG: &[u8] = b"t/";
 /// `docs/m/<key> 0x00 <value> 0x00 <id u64 BE>` -> empty.
-pub const META: &[u8] = b"docs/m/";
+pub const META: &[u8] = b"m/";
 /// `docs/q/<seq u64 BE>` -> id (u64 BE): a document whose index entry must be redone.
-pub const QUEUE: &[u8] = b"docs/q/";
+pub const QUEUE: &[u8] = b"q/";
 
 /// Format byte of the JSON records.
 pub const FORMAT: u8 = 1;

@@ -1,9 +1,10 @@
-//! Row keys and the order-preserving encoding of JSON scalars (docs/format/tables.md).
+//! Row keys and the order-preserving encoding of JSON scalars (docs/format/tables.md). Keys
+//! are relative to the `tables` keyspace (physical prefix `tb/`).
 //!
-//! - `tb/m/<table>`: the table definition (JSON).
-//! - `tb/r/<table>/<pk>`: a record: `0x01`, version (u64 LE), the JSON text.
-//! - `tb/i/<table>/<index id u32 BE>/<value><pk>`: a range-index entry (empty value).
-//! - `tb/i/<table>/<index id u32 BE>/<xxh3-64 of value, BE><pk>`: a hash-index entry.
+//! - `m/<table>`: the table definition (JSON).
+//! - `r/<table>/<pk>`: a record: `0x01`, version (u64 LE), the JSON text.
+//! - `i/<table>/<index id u32 BE>/<value><pk>`: a range-index entry (empty value).
+//! - `i/<table>/<index id u32 BE>/<xxh3-64 of value, BE><pk>`: a hash-index entry.
 //!
 //! Scalars encode so byte order is value order: null `01`; false `02`; true `03`; number `04`
 //! then the f64's bits (sign bit flipped for positives, every bit for negatives), big-endian;
@@ -12,14 +13,14 @@
 
 use serde_json::Value;
 
-pub(crate) const META: &[u8] = b"tb/m/";
+pub(crate) const META: &[u8] = b"m/";
 
 pub(crate) fn meta_key(table: &str) -> Vec<u8> {
     [META, table.as_bytes()].concat()
 }
 
 pub(crate) fn records_prefix(table: &str) -> Vec<u8> {
-    [b"tb/r/", table.as_bytes(), b"/"].concat()
+    [b"r/", table.as_bytes(), b"/"].concat()
 }
 
 /// The row of the record with encoded primary key `pk` ([`crate::encode_id`]).
@@ -28,11 +29,11 @@ pub fn record_key(table: &str, pk: &[u8]) -> Vec<u8> {
 }
 
 pub(crate) fn index_prefix(table: &str, id: u32) -> Vec<u8> {
-    [b"tb/i/", table.as_bytes(), b"/", &id.to_be_bytes()[..], b"/"].concat()
+    [b"i/", table.as_bytes(), b"/", &id.to_be_bytes()[..], b"/"].concat()
 }
 
 pub(crate) fn table_index_prefix(table: &str) -> Vec<u8> {
-    [b"tb/i/", table.as_bytes(), b"/"].concat()
+    [b"i/", table.as_bytes(), b"/"].concat()
 }
 
 /// Encodes a scalar; `None` for objects and arrays (not indexable).

@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use cairn_kv::{Db, Transaction, WriteOptions, prefix_successor};
+use cairn_kv::{Keyspace, KeyspaceTxn, WriteOptions, prefix_successor};
 use parking_lot::Mutex;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -121,7 +121,7 @@ pub struct TableDef {
 }
 
 /// A stored record.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
     /// Version: 1 when created, +1 on every change.
     pub version: u64,
@@ -178,7 +178,8 @@ impl DefEpoch {
 }
 
 struct Inner {
-    db: Db,
+    /// The rows (the engine's `tables` keyspace).
+    rows: Keyspace,
     writes: WriteOptions,
     /// Decoded table definitions by meta key, with the bytes they were decoded from: a reader
     /// still reads the row (so it sees changes and a transaction validates it) but decodes
@@ -419,7 +420,7 @@ struct Prior {
 /// commit fails with a conflict (and [`Tables::transaction`] retries the closure) if another
 /// writer changed a record or table this transaction read or wrote.
 pub struct Tx {
-    txn: Transaction,
+    txn: KeyspaceTxn,
     defs: HashMap<String, Arc<TableDef>>,
     inner: Arc<Inner>,
     /// The [`DefEpoch`] the snapshot is known to be at, if any.
@@ -431,7 +432,7 @@ pub struct Tx {
 impl Tx {
     fn new(inner: &Arc<Inner>) -> Tx {
         let epoch = inner.epoch.stable();
-        let mut txn = inner.db.transaction();
+        let mut txn = inner.rows.transaction();
         txn.set_write_options(inner.writes);
         let epoch = inner.epoch.confirm(epoch);
         Tx { txn, defs: HashMap::new(), inner: inner.clone(), epoch, changes_defs: false }
@@ -609,19 +610,20 @@ impl Expect {
 }
 
 impl Tables {
-    /// Opens the tables of `db`; resumes building indexes a restart interrupted. Every write
+    /// Opens the tables whose rows live in `rows` (the engine's `tables` keyspace); resumes
+    /// building indexes a restart interrupted. Every write
     /// is durable (synced) before it returns.
-    pub fn open(db: Db) -> Result<Tables> {
-        Tables::open_with(db, WriteOptions::default())
+    pub fn open(rows: Keyspace) -> Result<Tables> {
+        Tables::open_with(rows, WriteOptions::default())
     }
 
     /// [`Tables::open`] with the durability of record writes: with
     /// [`WriteOptions::no_sync`] a write survives a crash of the process but the last ones
     /// may be lost in a power cut (never torn, never out of order, indexes always in step).
-    pub fn open_with(db: Db, writes: WriteOptions) -> Result<Tables> {
+    pub fn open_with(rows: Keyspace, writes: WriteOptions) -> Result<Tables> {
         let t = Tables {
             inner: Arc::new(Inner {
-                db,
+                rows,
                 writes,
                 defs: Mutex::default(),
                 epoch: DefEpoch::default(),
@@ -640,9 +642,9 @@ impl Tables {
         Ok(t)
     }
 
-    /// The engine underneath.
-    pub fn db(&self) -> &Db {
-        &self.inner.db
+    /// The rows underneath (the `tables` keyspace).
+    pub fn rows(&self) -> &Keyspace {
+        &self.inner.rows
     }
 
     /// Runs `f` in a transaction, retrying it on conflicts (up to [`RETRIES`] times, with
@@ -677,7 +679,7 @@ impl Tables {
     /// Every table.
     pub fn list(&self) -> Result<Vec<TableDef>> {
         self.inner
-            .db
+            .rows
             .prefix(keys::META)
             .map(|kv| {
                 let (k, v) = kv?;
@@ -688,7 +690,7 @@ impl Tables {
 
     /// One table's definition.
     pub fn table(&self, name: &str) -> Result<TableDef> {
-        Ok((*self.inner.def(name, |k| self.inner.db.get(k))?).clone())
+        Ok((*self.inner.def(name, |k| self.inner.rows.get(k))?).clone())
     }
 
     /// Creates a table whose records are keyed by attribute `pk`.
@@ -717,13 +719,14 @@ impl Tables {
     /// Drops a table with its records and indexes.
     pub fn drop_table(&self, name: &str) -> Result<()> {
         self.table(name)?;
-        let mut b = cairn_kv::WriteBatch::new();
-        b.delete(keys::meta_key(name))?;
+        let rows = &self.inner.rows;
+        let mut b = cairn_kv::KeyspaceBatch::new();
+        b.delete(rows, keys::meta_key(name))?;
         for p in [keys::records_prefix(name), keys::table_index_prefix(name)] {
             let end = prefix_successor(&p).expect("ends in /");
-            b.delete_range(p, end)?;
+            b.delete_range(rows, p, end)?;
         }
-        self.inner.epoch.change(|| self.inner.db.write(b))?;
+        self.inner.epoch.change(|| self.inner.rows.write(b))?;
         Ok(())
     }
 
@@ -768,10 +771,10 @@ impl Tables {
         let epoch = self.inner.epoch.stable();
         let key = keys::meta_key(table);
         if self.inner.cached_def(&key, epoch).is_none() {
-            self.inner.def_at(&key, table, epoch, |k| self.inner.db.get(k))?;
+            self.inner.def_at(&key, table, epoch, |k| self.inner.rows.get(k))?;
         }
         let k = keys::record_key(table, &encode_id(id)?);
-        self.inner.db.get(&k)?.map(|b| record::decode(&k, &b)).transpose()
+        self.inner.rows.get(&k)?.map(|b| record::decode(&k, &b)).transpose()
     }
 
     /// Creates an index on attribute `attr` (dotted path) and fills it in the background;
@@ -812,7 +815,7 @@ impl Tables {
         // Nothing writes entries of an index missing from the definition any more.
         let p = keys::index_prefix(table, id);
         let end = prefix_successor(&p).expect("ends in /");
-        self.inner.db.delete_range(p, end)?;
+        self.inner.rows.delete_range(p, end)?;
         Ok(())
     }
 
@@ -857,7 +860,7 @@ impl Tables {
             }
             let chunk: Vec<Vec<u8>> = self
                 .inner
-                .db
+                .rows
                 .range(from.clone()..end.clone())
                 .take(BUILD_CHUNK)
                 .map(|kv| kv.map(|(k, _)| k.to_vec()))
@@ -899,7 +902,7 @@ impl Tables {
     /// Checks every index of `table` against its records: each record's entries exist and no
     /// other entries do. Returns the number of records.
     pub fn verify(&self, table: &str) -> Result<u64> {
-        let snap = self.inner.db.snapshot();
+        let snap = self.inner.rows.snapshot();
         let def = self.inner.def(table, |k| snap.get(k))?;
         let prefix = keys::records_prefix(table);
         let mut want: BTreeMap<u32, BTreeSet<Vec<u8>>> = BTreeMap::new();

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 
 use cairn_kv::prefix_successor;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::fiql::{self, Arg, Expr, Op};
@@ -31,7 +31,7 @@ pub struct Query {
 }
 
 /// A query's answer.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct QueryResult {
     /// The records (projected).
     pub records: Vec<Value>,
@@ -286,7 +286,7 @@ impl Tables {
                 return Err(Error::Invalid(format!("sort key {s:?} is not an attribute path")));
             }
         }
-        let snap = self.db().snapshot();
+        let snap = self.rows().snapshot();
         let def = self.inner.def(table, |k| snap.get(k))?;
         let plan = expr.as_ref().map_or(Plan::Scan, |e| plan(&def, e));
         // Without sorting, records come in key order and the scan can stop at offset + limit.

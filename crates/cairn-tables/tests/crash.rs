@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 fn open(storage: &MemStorage) -> cairn_tables::Result<Tables> {
     let s: Arc<dyn Storage> = Arc::new(storage.clone());
-    Tables::open(Db::open_with_storage("/d/kv", Options::small_for_tests(), s)?)
+    Tables::open(Db::open_with_storage("/d/kv", Options::small_for_tests(), s)?.keyspace(cairn_kv::keyspace::TABLES))
 }
 
 /// Acknowledged state: id -> record (None: deleted). Plus whether the index creation returned.

@@ -6,7 +6,7 @@ use cairn_tables::{AttrSpec, AttrType, Error, IndexKind, Query, Schema, Tables};
 use serde_json::{Value, json};
 
 fn open(dir: &std::path::Path) -> Tables {
-    Tables::open(Db::open(dir, Options::default()).unwrap()).unwrap()
+    Tables::open(Db::open(dir, Options::default()).unwrap().keyspace(cairn_kv::keyspace::TABLES)).unwrap()
 }
 
 fn q(t: &Tables, filter: &str) -> (Vec<Value>, String) {
@@ -241,7 +241,7 @@ fn format_1_records_are_still_served() {
         row.extend_from_slice(&3u64.to_le_bytes());
         row.extend_from_slice(serde_json::to_string(&rec).unwrap().as_bytes());
         let key = cairn_tables::keys::record_key("people", &cairn_tables::encode_id(&json!(i)).unwrap());
-        t.db().put(&key, &row).unwrap();
+        t.rows().put(&key, &row).unwrap();
     }
     let r = t.get("people", &json!(4)).unwrap().unwrap();
     assert_eq!((r.version, r.data["name"].clone()), (3, json!("p004")));
@@ -256,7 +256,7 @@ fn format_1_records_are_still_served() {
     assert_eq!(q(&t, "age=ge=38").0, vec![json!(19)]);
     assert_eq!(q(&t, "age==1").0, vec![json!(18)]);
     let key = cairn_tables::keys::record_key("people", &cairn_tables::encode_id(&json!(18)).unwrap());
-    assert_eq!(t.db().get(&key).unwrap().unwrap()[0], 2, "rewritten in format 2");
+    assert_eq!(t.rows().get(&key).unwrap().unwrap()[0], 2, "rewritten in format 2");
     assert!(t.delete("people", &json!(19), Some(3)).unwrap());
     assert_eq!(q(&t, "age=ge=38").0, Vec::<Value>::new());
     assert_eq!(t.verify("people").unwrap(), 19);

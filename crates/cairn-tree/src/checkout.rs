@@ -101,6 +101,9 @@ impl Trees {
         for (path, _) in &dirs {
             fs::create_dir(path).map_err(|e| Error::io(path, e))?;
         }
+        // Without clones between the data directory and the destination, a reflink checkout
+        // copies straight from the store (no shared copy is made for it).
+        let mode = if mode == CheckoutMode::Reflink && !self.reflinks_to(dest) { CheckoutMode::Copy } else { mode };
         let stats = Counters::default();
         leaves.par_iter().try_for_each(|(path, e)| self.materialize(path, e, mode, &stats))?;
         // Directory permissions and times last (creating children changes a directory's mtime).
@@ -120,6 +123,19 @@ impl Trees {
             reflinked: g(&stats.reflinked),
             copied: g(&stats.copied),
         })
+    }
+
+    /// Whether files in the shared-copy directory can be cloned into `dest` (a probe file).
+    fn reflinks_to(&self, dest: &Path) -> bool {
+        if fs::create_dir_all(&self.files_dir).is_err() {
+            return false;
+        }
+        let from = self.files_dir.join(format!(".reflink-probe.{}", std::process::id()));
+        let to = dest.join(format!(".cairn-reflink-probe.{}", std::process::id()));
+        let ok = fs::write(&from, b"probe").is_ok() && reflink_copy::reflink(&from, &to).is_ok();
+        let _ = fs::remove_file(&from);
+        let _ = fs::remove_file(&to);
+        ok
     }
 
     fn collect(
@@ -153,7 +169,7 @@ impl Trees {
         match mode {
             CheckoutMode::Copy => {}
             CheckoutMode::Hardlink => {
-                let shared = self.shared_file(&e.id, e.mode)?;
+                let shared = self.shared_file(&e.id, e.size, e.mode, e.mtime_ns)?;
                 match fs::hard_link(&shared, path) {
                     Ok(()) => {
                         c.linked.fetch_add(1, Ordering::Relaxed);
@@ -165,7 +181,7 @@ impl Trees {
                 }
             }
             CheckoutMode::Reflink => {
-                let shared = self.shared_file(&e.id, e.mode)?;
+                let shared = self.shared_file(&e.id, e.size, e.mode, e.mtime_ns)?;
                 if reflink_copy::reflink(&shared, path).is_ok() {
                     fs::set_permissions(path, perm(e.mode)).map_err(|er| Error::io(path, er))?;
                     set_mtime(path, e.mtime_ns)?;
@@ -182,7 +198,7 @@ impl Trees {
     }
 
     /// Writes blob `id` to a new file at `path` with `mode`.
-    fn copy_out(&self, id: &Id, path: &Path, mode: u32) -> Result<()> {
+    pub(crate) fn copy_out(&self, id: &Id, path: &Path, mode: u32) -> Result<()> {
         let mut f = fs::OpenOptions::new().write(true).create_new(true).open(path).map_err(|e| Error::io(path, e))?;
         let mut r = self.store.reader(id)?;
         std::io::copy(&mut r, &mut f).map_err(|e| match e.downcast::<cairn_cas::Error>() {
@@ -192,29 +208,9 @@ impl Trees {
         f.flush().map_err(|e| Error::io(path, e))?;
         fs::set_permissions(path, perm(mode)).map_err(|e| Error::io(path, e))
     }
-
-    /// The shared read-only copy of a content (one per content and executable bit).
-    fn shared_file(&self, id: &Id, mode: u32) -> Result<PathBuf> {
-        let exec = mode & 0o111 != 0;
-        let hex = id.to_hex();
-        let dir = self.files_dir.join(&hex[..2]);
-        let path = dir.join(if exec { format!("{hex}.x") } else { hex.clone() });
-        if path.exists() {
-            return Ok(path);
-        }
-        fs::create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
-        // Unique per process and per call, so parallel materializations never share a temp file.
-        static NEXT_TMP: AtomicU64 = AtomicU64::new(0);
-        let n = NEXT_TMP.fetch_add(1, Ordering::Relaxed);
-        let tmp = dir.join(format!(".{hex}.{}.{n}.tmp", std::process::id()));
-        self.copy_out(id, &tmp, if exec { 0o555 } else { 0o444 })?;
-        // Concurrent checkouts may race to create it; either copy is the same content.
-        fs::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
-        Ok(path)
-    }
 }
 
-fn set_mtime(path: &Path, ns: i64) -> Result<()> {
+pub(crate) fn set_mtime(path: &Path, ns: i64) -> Result<()> {
     // Open for writing would fail on read-only files; times can be set through a read handle.
     let f = fs::File::open(path).map_err(|e| Error::io(path, e))?;
     f.set_modified(time(ns)).map_err(|e| Error::io(path, e))

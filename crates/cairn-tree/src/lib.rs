@@ -14,12 +14,13 @@ mod maint;
 pub mod object;
 mod rows;
 mod scan;
+mod shared;
 mod snapshot;
 
 use std::path::PathBuf;
 
 use cairn_cas::{Id, Store};
-use cairn_kv::Db;
+use cairn_kv::Keyspace;
 
 pub use checkout::{CheckoutMode, CheckoutStats};
 pub use diff::Change;
@@ -27,12 +28,25 @@ pub use error::{Error, Result};
 pub use maint::{DuReport, TreeGcReport, TreeVerifyReport};
 pub use object::{Entry, Kind};
 pub use rows::SnapshotInfo;
-pub use snapshot::{Progress, SnapshotStats};
+pub use snapshot::{Progress, SnapshotStats, check_snapshot_name};
+
+/// A file name for messages: UTF-8 as it is, other bytes as `\xHH`.
+pub fn escape_name(name: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in name.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
 
 /// The tree layer: snapshots of directories in a blob store.
 #[derive(Clone)]
 pub struct Trees {
-    db: Db,
+    /// The layer's rows (the engine's `tree` keyspace).
+    rows: Keyspace,
     store: Store,
     /// Shared read-only copies used by hard-link and reflink checkouts.
     files_dir: PathBuf,
@@ -41,8 +55,8 @@ pub struct Trees {
 impl Trees {
     /// The tree layer over `db` and `store`; `files_dir` holds the shared copies that
     /// hard-link checkouts link to.
-    pub fn new(db: Db, store: Store, files_dir: impl Into<PathBuf>) -> Trees {
-        Trees { db, store, files_dir: files_dir.into() }
+    pub fn new(rows: Keyspace, store: Store, files_dir: impl Into<PathBuf>) -> Trees {
+        Trees { rows, store, files_dir: files_dir.into() }
     }
 
     /// The blob store underneath.
@@ -52,7 +66,7 @@ impl Trees {
 
     /// A snapshot's record.
     pub fn snapshot_info(&self, name: &str) -> Result<SnapshotInfo> {
-        let v = self.db.get(rows::key(rows::SNAP_PREFIX, name.as_bytes()))?;
+        let v = self.rows.get(rows::key(rows::SNAP_PREFIX, name.as_bytes()))?;
         let v = v.ok_or_else(|| Error::NoSuchSnapshot(name.to_string()))?;
         SnapshotInfo::decode(name, &v)
     }
@@ -84,10 +98,16 @@ mod tests {
     #[test]
     fn a_malicious_tree_cannot_escape_the_checkout_directory() {
         let t = tempfile::tempdir().unwrap();
-        let db = Db::open(t.path().join("kv"), cairn_kv::Options::default()).unwrap();
+        let db = cairn_kv::Db::open(t.path().join("kv"), cairn_kv::Options::default()).unwrap();
         let fs: Arc<dyn cairn_kv::Storage> = Arc::new(cairn_kv::FsStorage::new());
-        let store = Store::open(db.clone(), fs, t.path().join("packs"), cairn_cas::StoreConfig::default()).unwrap();
-        let trees = Trees::new(db.clone(), store.clone(), t.path().join("files"));
+        let store = Store::open(
+            db.keyspace(cairn_kv::keyspace::CAS),
+            fs,
+            t.path().join("packs"),
+            cairn_cas::StoreConfig::default(),
+        )
+        .unwrap();
+        let trees = Trees::new(db.keyspace(cairn_kv::keyspace::TREE), store.clone(), t.path().join("files"));
         let payload = store.put(b"pwned").unwrap().id;
         for (i, name) in [&b".."[..], b"../escape", b"/etc/passwd", b"a/../../x", b"."].iter().enumerate() {
             let root = store.put(&raw_tree(name, 0, payload)).unwrap().id;
@@ -101,7 +121,9 @@ mod tests {
                 bytes: 5,
                 source: String::new(),
             };
-            db.put(rows::key(rows::SNAP_PREFIX, info.name.as_bytes()), info.encode()).unwrap();
+            db.keyspace(cairn_kv::keyspace::TREE)
+                .put(rows::key(rows::SNAP_PREFIX, info.name.as_bytes()), info.encode())
+                .unwrap();
             let dest = t.path().join(format!("out{i}/inner"));
             let err = trees.checkout(&info.name, &dest, CheckoutMode::Copy).unwrap_err();
             assert!(matches!(err, Error::Corrupt { .. }), "{name:?}: {err}");

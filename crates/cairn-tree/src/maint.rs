@@ -2,7 +2,6 @@
 //! owned blob nothing reaches, then repack), disk usage and verification.
 
 use std::collections::HashSet;
-use std::os::unix::ffi::OsStrExt;
 
 use cairn_cas::{Id, Usage};
 
@@ -67,7 +66,7 @@ impl Trees {
     /// Every snapshot, oldest first.
     pub fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
         let mut v = Vec::new();
-        for item in self.db.prefix(rows::SNAP_PREFIX) {
+        for item in self.rows.prefix(rows::SNAP_PREFIX) {
             let (k, val) = item?;
             let name = String::from_utf8_lossy(&k[rows::SNAP_PREFIX.len()..]).into_owned();
             v.push(SnapshotInfo::decode(&name, &val)?);
@@ -79,7 +78,7 @@ impl Trees {
     /// Removes a snapshot's record; its data goes at the next [`Trees::gc`].
     pub fn remove_snapshot(&self, name: &str) -> Result<SnapshotInfo> {
         let info = self.snapshot_info(name)?;
-        self.db.delete(rows::key(rows::SNAP_PREFIX, name.as_bytes()))?;
+        self.rows.delete(rows::key(rows::SNAP_PREFIX, name.as_bytes()))?;
         Ok(info)
     }
 
@@ -110,7 +109,7 @@ impl Trees {
         let live = self.reachable(self.snapshots()?.into_iter().map(|s| s.root))?;
         let mut report = TreeGcReport { reachable: live.len() as u64, ..TreeGcReport::default() };
         let mut dead = Vec::new();
-        for item in self.db.prefix(rows::OWN_PREFIX) {
+        for item in self.rows.prefix(rows::OWN_PREFIX) {
             let (k, _) = item?;
             let id = Id::from_slice(&k[rows::OWN_PREFIX.len()..])
                 .ok_or_else(|| Error::corrupt("ownership row", "bad key"))?;
@@ -119,7 +118,7 @@ impl Trees {
             }
         }
         let mut stale_cache = Vec::new();
-        for item in self.db.prefix(rows::CACHE_PREFIX) {
+        for item in self.rows.prefix(rows::CACHE_PREFIX) {
             let (k, v) = item?;
             if CacheRow::decode(&v).is_none_or(|c| !live.contains(&c.id)) {
                 stale_cache.push(k);
@@ -129,40 +128,22 @@ impl Trees {
             let mut b = self.store.batch();
             for id in chunk {
                 b.release(id)?;
-                b.kv_delete(rows::own_key(id))?;
+                b.kv_delete(&self.rows, rows::own_key(id))?;
             }
             b.commit()?;
         }
-        let mut wb = cairn_kv::WriteBatch::new();
+        let mut wb = cairn_kv::KeyspaceBatch::new();
         for k in &stale_cache {
-            wb.delete(k)?;
+            wb.delete(&self.rows, k)?;
         }
-        self.db.write(wb)?;
+        self.rows.write(wb)?;
         report.released = dead.len() as u64;
         report.cache_rows_removed = stale_cache.len() as u64;
-        report.shared_files_removed = self.prune_shared_files(&live)?;
+        report.shared_files_removed = self.prune_shared_files(&live, &[])?;
         let g = self.store.gc(0.5)?;
         report.bytes_before = g.bytes_before;
         report.bytes_after = g.bytes_after;
         Ok(report)
-    }
-
-    fn prune_shared_files(&self, live: &HashSet<Id>) -> Result<u64> {
-        let mut n = 0;
-        let Ok(rd) = std::fs::read_dir(&self.files_dir) else { return Ok(0) };
-        for sub in rd.flatten() {
-            let Ok(files) = std::fs::read_dir(sub.path()) else { continue };
-            for f in files.flatten() {
-                let name = f.file_name();
-                let name = String::from_utf8_lossy(name.as_bytes()).into_owned();
-                let hex = name.trim_end_matches(".x");
-                let keep = hex.parse::<Id>().is_ok_and(|id| live.contains(&id));
-                if !keep && std::fs::remove_file(f.path()).is_ok() {
-                    n += 1;
-                }
-            }
-        }
-        Ok(n)
     }
 
     /// Disk usage of one snapshot, or of all of them (`None`).
@@ -179,7 +160,13 @@ impl Trees {
     /// Verifies the blob store (every chunk reread and rehashed) and every snapshot's trees:
     /// each tree decodes and every blob it names is stored and owned by the tree layer.
     pub fn verify(&self) -> Result<TreeVerifyReport> {
-        let mut report = TreeVerifyReport { store: self.store.verify()?, ..TreeVerifyReport::default() };
+        Ok(TreeVerifyReport { store: self.store.verify()?, ..self.verify_trees()? })
+    }
+
+    /// Verifies every snapshot's trees (not the blob store's chunks): each tree decodes and
+    /// every blob it names is stored and owned by the tree layer.
+    pub fn verify_trees(&self) -> Result<TreeVerifyReport> {
+        let mut report = TreeVerifyReport::default();
         let mut checked = HashSet::new();
         for s in self.snapshots()? {
             report.snapshots += 1;
@@ -188,7 +175,7 @@ impl Trees {
                 if !checked.insert(t) {
                     continue;
                 }
-                if self.db.get(rows::own_key(&t))?.is_none() {
+                if self.rows.get(rows::own_key(&t))?.is_none() {
                     report.problems.push((s.name.clone(), format!("tree {t} is not owned by the tree layer")));
                 }
                 let entries = match self.read_tree(&t) {
@@ -205,7 +192,7 @@ impl Trees {
                     } else if checked.insert(e.id) {
                         if !self.store.contains(&e.id)? {
                             report.problems.push((s.name.clone(), format!("blob {} is missing", e.id)));
-                        } else if self.db.get(rows::own_key(&e.id))?.is_none() {
+                        } else if self.rows.get(rows::own_key(&e.id))?.is_none() {
                             report
                                 .problems
                                 .push((s.name.clone(), format!("blob {} is not owned by the tree layer", e.id)));
@@ -215,5 +202,31 @@ impl Trees {
             }
         }
         Ok(report)
+    }
+
+    /// Where the blobs `ids` are used: (blob, snapshot, path) for every file, link and
+    /// directory (a tree object) of every snapshot whose content is one of them. A tree that
+    /// cannot be read is reported as its directory with what is below it unknown.
+    pub fn blob_users(&self, ids: &HashSet<Id>) -> Result<Vec<(Id, String, String)>> {
+        let mut out = Vec::new();
+        for s in self.snapshots()? {
+            let mut stack = vec![(s.root, String::new())];
+            while let Some((t, dir)) = stack.pop() {
+                let shown = if dir.is_empty() { "/".to_string() } else { dir.clone() };
+                if ids.contains(&t) {
+                    out.push((t, s.name.clone(), format!("{shown} (the directory listing)")));
+                }
+                let Ok(entries) = self.read_tree(&t) else { continue };
+                for e in entries {
+                    let path = format!("{dir}/{}", crate::escape_name(&e.name));
+                    if e.kind == Kind::Dir {
+                        stack.push((e.id, path));
+                    } else if ids.contains(&e.id) {
+                        out.push((e.id, s.name.clone(), path));
+                    }
+                }
+            }
+        }
+        Ok(out)
     }
 }

@@ -1,4 +1,5 @@
-//! The tree layer's rows in the engine, all under `tree/`:
+//! The tree layer's rows in the engine, in the `tree` keyspace (physical prefix `tree/`; keys
+//! below are relative to it):
 //!
 //! | key | value |
 //! |---|---|
@@ -10,9 +11,9 @@ use cairn_cas::Id;
 
 use crate::{Error, Result};
 
-pub(crate) const SNAP_PREFIX: &[u8] = b"tree/s/";
-pub(crate) const OWN_PREFIX: &[u8] = b"tree/o/";
-pub(crate) const CACHE_PREFIX: &[u8] = b"tree/i/";
+pub(crate) const SNAP_PREFIX: &[u8] = b"s/";
+pub(crate) const OWN_PREFIX: &[u8] = b"o/";
+pub(crate) const CACHE_PREFIX: &[u8] = b"i/";
 
 pub(crate) fn key(prefix: &[u8], rest: &[u8]) -> Vec<u8> {
     [prefix, rest].concat()

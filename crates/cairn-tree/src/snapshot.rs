@@ -55,6 +55,23 @@ pub struct SnapshotStats {
     pub seconds: f64,
 }
 
+/// Snapshot names: 1 to 255 bytes, no `/`, no control characters, not `.` or `..` (they are
+/// used in URLs and file names).
+pub fn check_snapshot_name(name: &str) -> Result<()> {
+    if name.is_empty()
+        || name.len() > 255
+        || name.contains('/')
+        || name.chars().any(char::is_control)
+        || name == "."
+        || name == ".."
+    {
+        return Err(Error::InvalidArgument(format!(
+            "snapshot name {name:?} must be 1 to 255 bytes without `/` or control characters, and not . or .."
+        )));
+    }
+    Ok(())
+}
+
 fn now_ns() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
 }
@@ -83,7 +100,7 @@ impl Writer<'_> {
         if self.owned.contains(id) {
             return Ok(true);
         }
-        let yes = self.trees.db.get(rows::own_key(id))?.is_some();
+        let yes = self.trees.rows.get(rows::own_key(id))?.is_some();
         if yes {
             self.owned.insert(*id);
         }
@@ -117,7 +134,7 @@ impl Writer<'_> {
     }
 
     fn note_new(&mut self, b: &mut Batch<'_>, o: cairn_cas::PutOutcome) -> Result<Id> {
-        b.kv_put(rows::own_key(&o.id), [])?;
+        b.kv_put(&self.trees.rows, rows::own_key(&o.id), [])?;
         self.owned.insert(o.id);
         self.blobs_stored += 1;
         Ok(o.id)
@@ -155,10 +172,8 @@ impl Trees {
                 format!("{base}-{}", started_ns / 1_000_000)
             }
         };
-        if name.is_empty() || name.contains('\0') {
-            return Err(Error::InvalidArgument("snapshot names must be non-empty, without NUL".into()));
-        }
-        if self.db.get(rows::key(rows::SNAP_PREFIX, name.as_bytes()))?.is_some() {
+        check_snapshot_name(&name)?;
+        if self.rows.get(rows::key(rows::SNAP_PREFIX, name.as_bytes()))?.is_some() {
             return Err(Error::SnapshotExists(name));
         }
         let root_md = std::fs::metadata(&dir).map_err(|e| Error::io(&dir, e))?;
@@ -250,7 +265,7 @@ impl Trees {
             bytes: counts.3,
             source: dir.to_string_lossy().into_owned(),
         };
-        b.kv_put(rows::key(rows::SNAP_PREFIX, name.as_bytes()), info.encode())?;
+        b.kv_put(&self.rows, rows::key(rows::SNAP_PREFIX, name.as_bytes()), info.encode())?;
         w.bytes_stored += b.commit()?;
         Ok(SnapshotStats {
             info,
@@ -291,7 +306,7 @@ impl Trees {
         }
         let mut candidates: Vec<(Id, usize)> = Vec::new();
         let mut at = 0;
-        self.db.prefix(&under).for_each_ref(|k, v| -> Result<bool> {
+        self.rows.prefix(&under).for_each_ref(|k, v| -> Result<bool> {
             let path = &k[rows::CACHE_PREFIX.len()..];
             while at < order.len() && order[at].0 < path {
                 at += 1;
@@ -354,7 +369,7 @@ impl Trees {
             if meta.mtime_ns < racy_after {
                 let row =
                     CacheRow { size: meta.size, mtime_ns: meta.mtime_ns, ino: meta.ino, ctime_ns: meta.ctime_ns, id };
-                b.kv_put(rows::key(rows::CACHE_PREFIX, path.as_os_str().as_bytes()), row.encode())?;
+                b.kv_put(&self.rows, rows::key(rows::CACHE_PREFIX, path.as_os_str().as_bytes()), row.encode())?;
             }
             ids[i] = Some(id);
             report(1, meta.size);

@@ -11,7 +11,7 @@ use crate::{config, noise};
 fn try_open(storage: &MemStorage) -> Option<(Db, Store)> {
     let s: Arc<dyn Storage> = Arc::new(storage.clone());
     let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).ok()?;
-    let store = Store::open(db.clone(), s, "/d/packs", config()).ok()?;
+    let store = Store::open(db.keyspace(cairn_kv::keyspace::CAS), s, "/d/packs", config()).ok()?;
     Some((db, store))
 }
 

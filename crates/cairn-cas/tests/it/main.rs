@@ -23,7 +23,7 @@ pub fn config() -> StoreConfig {
 pub fn open(storage: &MemStorage, config: StoreConfig) -> (Db, Store) {
     let s: Arc<dyn Storage> = Arc::new(storage.clone());
     let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).unwrap();
-    let store = Store::open(db.clone(), s, "/d/packs", config).unwrap();
+    let store = Store::open(db.keyspace(cairn_kv::keyspace::CAS), s, "/d/packs", config).unwrap();
     (db, store)
 }
 

@@ -20,7 +20,7 @@ fn open_on(storage: &MemStorage, backend: Arc<dyn Backend>) -> Option<(Db, Store
     let s: Arc<dyn Storage> = Arc::new(storage.clone());
     let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone()).ok()?;
     let remote = Remote { backend, cache_bytes: CACHE };
-    let store = Store::open_with_remote(db.clone(), s, PACKS, config(), Some(remote)).ok()?;
+    let store = Store::open_with_remote(db.keyspace(cairn_kv::keyspace::CAS), s, PACKS, config(), Some(remote)).ok()?;
     Some((db, store))
 }
 

@@ -20,7 +20,14 @@ fn open(dir: &Path, backend: Arc<S3Backend>) -> Store {
     let db = Db::open(dir.join("kv"), Options::small_for_tests()).unwrap();
     let config = StoreConfig { pack_target: 512 << 10, ..StoreConfig::default() };
     let remote = Remote { backend, cache_bytes: 1 << 20 };
-    Store::open_with_remote(db, Arc::new(FsStorage::new()), dir.join("packs"), config, Some(remote)).unwrap()
+    Store::open_with_remote(
+        db.keyspace(cairn_kv::keyspace::CAS),
+        Arc::new(FsStorage::new()),
+        dir.join("packs"),
+        config,
+        Some(remote),
+    )
+    .unwrap()
 }
 
 #[test]

@@ -83,7 +83,13 @@ fn sha256_store() {
     assert_eq!(o.id.to_hex(), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     drop(store);
     // The hash is fixed at creation: reopening with another config keeps SHA-256.
-    let store = cairn_cas::Store::open(db, std::sync::Arc::new(storage.clone()), "/d/packs", config()).unwrap();
+    let store = cairn_cas::Store::open(
+        db.keyspace(cairn_kv::keyspace::CAS),
+        std::sync::Arc::new(storage.clone()),
+        "/d/packs",
+        config(),
+    )
+    .unwrap();
     assert_eq!(store.hash_algo(), HashAlgo::Sha256);
     assert_eq!(store.put(b"abc").unwrap().id, o.id);
 }
@@ -189,7 +195,8 @@ fn verify_reports_damage_precisely() {
     let dir = tempfile::tempdir().unwrap();
     let fs: std::sync::Arc<dyn cairn_kv::Storage> = std::sync::Arc::new(cairn_kv::FsStorage::new());
     let db = cairn_kv::Db::open(dir.path().join("kv"), cairn_kv::Options::default()).unwrap();
-    let store = cairn_cas::Store::open(db, fs, dir.path().join("packs"), config()).unwrap();
+    let store =
+        cairn_cas::Store::open(db.keyspace(cairn_kv::keyspace::CAS), fs, dir.path().join("packs"), config()).unwrap();
     let a = store.put(&noise(1, 40_000)).unwrap().id;
     let b = store.put(&noise(2, 40_000)).unwrap().id;
     assert!(store.verify().unwrap().is_ok());
@@ -220,16 +227,17 @@ fn prepared_in_parallel_committed_in_one_batch_with_own_rows() {
         let hs: Vec<_> = datas.iter().map(|d| s.spawn(|| store.prepare(d).unwrap())).collect();
         hs.into_iter().map(|h| h.join().unwrap()).collect()
     });
+    let user = db.keyspace(cairn_kv::keyspace::USER);
     let mut b = store.batch();
     for (i, p) in prepared.into_iter().enumerate() {
         let o = b.put_prepared(p).unwrap();
         assert!(o.new_chunks < o.chunks, "the shared part is deduplicated");
-        b.kv_put(format!("mine/{i}"), o.id.as_bytes()).unwrap();
+        b.kv_put(&user, format!("mine/{i}"), o.id.as_bytes()).unwrap();
     }
-    assert!(b.kv_put("cas/evil", b"x").is_err(), "the cas/ prefix is reserved");
+    assert!(b.kv_put(&db.keyspace(cairn_kv::keyspace::CAS), "evil", b"x").is_err(), "the cas keyspace is the store's");
     b.commit().unwrap();
     for (i, d) in datas.iter().enumerate() {
-        let id = Id::from_slice(&db.get(format!("mine/{i}")).unwrap().unwrap()).unwrap();
+        let id = Id::from_slice(&user.get(format!("mine/{i}")).unwrap().unwrap()).unwrap();
         assert_eq!(&store.get(&id).unwrap(), d);
     }
     assert!(store.verify().unwrap().is_ok());

@@ -12,8 +12,13 @@ use cairn_kv::{Db, MemStorage, Options, Storage};
 fn open(storage: &MemStorage, index: &Path) -> cairn_docs::Result<Memory> {
     let s: Arc<dyn Storage> = Arc::new(storage.clone());
     let db = Db::open_with_storage("/d/kv", Options::small_for_tests(), s.clone())?;
-    let store = Store::open(db.clone(), s, "/d/packs", StoreConfig { pack_target: 64 << 10, ..Default::default() })?;
-    Memory::with_parts(db, store, index)
+    let store = Store::open(
+        db.keyspace(cairn_kv::keyspace::CAS),
+        s,
+        "/d/packs",
+        StoreConfig { pack_target: 64 << 10, ..Default::default() },
+    )?;
+    Memory::with_parts(db.keyspace(cairn_kv::keyspace::DOCS), store, index)
 }
 
 /// What the workload has had acknowledged: path -> (content, tag) (None: removed).

@@ -19,7 +19,7 @@ fn opts(p: &str) -> GrepOptions {
 #[test]
 fn regex_case_word_fixed_and_context() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     add(&m, "b.txt", "one\ntwo Foo\nthree\nfour\nfive\nsix\nseven foo.bar\n");
     add(&m, "a.txt", "fooXbar\nnothing\n");
     m.add(vec![cairn_docs::NewDoc { path: "bin".into(), content: b"foo\0foo".to_vec() }], &tagged(&["x"])).unwrap();
@@ -68,7 +68,7 @@ fn regex_case_word_fixed_and_context() {
 #[test]
 fn bad_patterns_are_errors() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     add(&m, "a", "x");
     let e = m.grep(&opts("a("), |_| Ok(())).unwrap_err();
     assert!(matches!(e, cairn_docs::Error::Query(_)), "{e}");

@@ -1,13 +1,13 @@
 use std::collections::BTreeSet;
 
-use cairn_docs::{AddOptions, AddStatus, Error, Filter, Memory, NewDoc, SearchOptions};
+use cairn_docs::{AddOptions, AddStatus, Error, Filter, NewDoc, SearchOptions};
 
 use crate::{add, doc, tagged};
 
 #[test]
 fn add_get_versions_and_unchanged_readd() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     let a = add(&m, "/notes/a.md", "# Alpha\nfirst draft");
     assert_eq!(a.status, AddStatus::Added);
     assert_eq!((a.doc.version, a.doc.mime.as_str(), a.doc.title.as_deref()), (1, "text/markdown", Some("Alpha")));
@@ -30,7 +30,7 @@ fn add_get_versions_and_unchanged_readd() {
 
     // Everything survives a reopen.
     m.close().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     assert_eq!(m.get("/notes/a.md").unwrap().version, 3);
     assert_eq!(m.versions("/notes/a.md").unwrap().len(), 3);
     let s = m.stats().unwrap();
@@ -40,7 +40,7 @@ fn add_get_versions_and_unchanged_readd() {
 #[test]
 fn one_batch_with_the_same_path_twice_makes_two_versions() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     let out = m.add(vec![doc("p", "one"), doc("p", "two"), doc("q", "one")], &AddOptions::default()).unwrap();
     let st: Vec<_> = out.iter().map(|a| (a.status, a.doc.version)).collect();
     assert_eq!(st, [(AddStatus::Added, 1), (AddStatus::NewVersion, 2), (AddStatus::Added, 1)]);
@@ -53,7 +53,7 @@ fn one_batch_with_the_same_path_twice_makes_two_versions() {
 #[test]
 fn binary_content_is_stored_not_indexed() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     let bin = NewDoc { path: "img.png".into(), content: vec![0x89, b'P', b'N', b'G', 0, 1, 2, 0xff] };
     let a = m.add(vec![bin.clone()], &AddOptions::default()).unwrap().pop().unwrap();
     assert!(!a.doc.indexed);
@@ -65,7 +65,7 @@ fn binary_content_is_stored_not_indexed() {
 #[test]
 fn large_content_streams_in_and_out() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     let size = cairn_docs::MAX_INDEXED + 3 * 1024 * 1024 + 7;
     let mut data = Vec::with_capacity(size as usize);
     let mut x = 88172645463325252u64;
@@ -92,7 +92,7 @@ fn large_content_streams_in_and_out() {
 #[test]
 fn tags_metadata_and_listing_filters() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     m.add(vec![doc("/p/a.rs", "fn a() {}"), doc("/p/b.rs", "fn b() {}")], &tagged(&["code", "rust"])).unwrap();
     let opts = AddOptions { tags: vec!["notes".into()], meta: vec![("author".into(), "ann".into())] };
     m.add(vec![doc("/n/x.md", "# X"), doc("/n/y.txt", "y")], &opts).unwrap();
@@ -134,14 +134,14 @@ fn tags_metadata_and_listing_filters() {
 
     // Reopen: the index rows are intact.
     drop(m);
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     assert_eq!(m.list(&meta("stage", "review")).unwrap().len(), 2);
 }
 
 #[test]
 fn remove_releases_content_and_rows() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     let opts = AddOptions { tags: vec!["t".into()], meta: vec![("k".into(), "v".into())] };
     m.add(vec![doc("a", "version one of a")], &opts).unwrap();
     m.add(vec![doc("a", "version two of a")], &opts).unwrap();
@@ -163,7 +163,7 @@ fn remove_releases_content_and_rows() {
 #[test]
 fn bad_input_gets_clear_errors() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     let bad = |r: cairn_docs::Result<_>| matches!(r, Err(Error::InvalidArgument(_)));
     assert!(bad(m.add(vec![doc("", "x")], &AddOptions::default()).map(|_| ())));
     assert!(bad(m.add(vec![doc("a\0b", "x")], &AddOptions::default()).map(|_| ())));
@@ -177,7 +177,7 @@ fn bad_input_gets_clear_errors() {
 #[test]
 fn concurrent_adds_are_group_committed_without_losing_any() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     let threads = 8;
     let per = 40;
     std::thread::scope(|s| {
@@ -203,6 +203,6 @@ fn concurrent_adds_are_group_committed_without_losing_any() {
     let r = m.search("zebra", &SearchOptions { limit: 1000, ..Default::default() }).unwrap();
     assert_eq!(r.total, threads * per);
     drop(m);
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     assert_eq!(m.list(&Default::default()).unwrap().len(), threads * per + 1);
 }

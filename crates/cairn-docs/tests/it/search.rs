@@ -32,7 +32,7 @@ fn corpus(m: &Memory) {
 #[test]
 fn bm25_stemming_and_code_tokens() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     corpus(&m);
     // Stemming: "running dog" finds "Dogs are running".
     assert_eq!(paths(&m, "running dog"), ["/doc/intro.md"]);
@@ -55,7 +55,7 @@ fn bm25_stemming_and_code_tokens() {
 #[test]
 fn phrases_and_boolean_queries() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     corpus(&m);
     assert_eq!(paths(&m, "\"group commit\""), ["/src/wal.rs"]);
     assert!(paths(&m, "\"commit group\"").is_empty());
@@ -78,7 +78,7 @@ fn phrases_and_boolean_queries() {
 #[test]
 fn filters_limit_offset_and_snippets() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     corpus(&m);
     m.add(vec![doc("/other/log.txt", "a log about logs and log records")], &AddOptions::default()).unwrap();
     m.set_meta(&[("/src/wal.rs".into(), vec![("lang".into(), Some("rust".into()))])]).unwrap();
@@ -113,7 +113,7 @@ fn filters_limit_offset_and_snippets() {
 #[test]
 fn new_versions_replace_the_indexed_text_and_removals_vanish() {
     let t = tempfile::tempdir().unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     add(&m, "n", "apples and pears");
     assert_eq!(paths(&m, "apples"), ["n"]);
     add(&m, "n", "only pears now");
@@ -130,7 +130,7 @@ fn new_versions_replace_the_indexed_text_and_removals_vanish() {
 fn uncommitted_index_work_is_redone_on_open() {
     let t = tempfile::tempdir().unwrap();
     {
-        let m = Memory::open(t.path()).unwrap();
+        let m = crate::open(t.path());
         add(&m, "kept", "committed words");
         m.commit().unwrap();
         add(&m, "late", "uncommitted words");
@@ -141,7 +141,7 @@ fn uncommitted_index_work_is_redone_on_open() {
         m.remove(&["gone".into()]).unwrap();
         // Dropped without close: the index never commits the last changes (as after a crash).
     }
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     assert_eq!(paths(&m, "uncommitted"), ["late"]);
     assert_eq!(paths(&m, "replacement"), ["kept"]);
     assert!(paths(&m, "committed").iter().all(|p| p == "late"), "old text of 'kept' is gone");
@@ -153,12 +153,12 @@ fn uncommitted_index_work_is_redone_on_open() {
 fn a_lost_index_is_rebuilt_on_open() {
     let t = tempfile::tempdir().unwrap();
     {
-        let m = Memory::open(t.path()).unwrap();
+        let m = crate::open(t.path());
         corpus(&m);
         m.close().unwrap();
     }
     std::fs::remove_dir_all(t.path().join("docs-index")).unwrap();
-    let m = Memory::open(t.path()).unwrap();
+    let m = crate::open(t.path());
     assert_eq!(paths(&m, "getBlockHandle"), ["/src/cache.rs"]);
     assert_eq!(m.stats().unwrap().indexed, 5);
     assert_eq!(m.rebuild_index().unwrap(), 5);

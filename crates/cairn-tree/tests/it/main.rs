@@ -15,9 +15,14 @@ use cairn_tree::Trees;
 /// A data directory with engine, packs and shared files.
 pub fn open(data: &Path) -> Trees {
     let db = Db::open(data.join("kv"), Options::default()).unwrap();
-    let store =
-        Store::open(db.clone(), Arc::new(FsStorage::new()), data.join("packs"), StoreConfig::default()).unwrap();
-    Trees::new(db, store, data.join("files"))
+    let store = Store::open(
+        db.keyspace(cairn_kv::keyspace::CAS),
+        Arc::new(FsStorage::new()),
+        data.join("packs"),
+        StoreConfig::default(),
+    )
+    .unwrap();
+    Trees::new(db.keyspace(cairn_kv::keyspace::TREE), store, data.join("files"))
 }
 
 /// Writes a file and dates it two seconds in the past (so the inode cache may trust it).
