@@ -241,7 +241,7 @@ fn fresh(dir: &Path) -> Result<PathBuf> {
 
 fn open(engine: &str, dir: &Path) -> Result<Box<dyn DocEngine>> {
     Ok(match engine {
-        "cairn" => Box::new(Cairn(Memory::open(dir)?)),
+        "cairn" => Box::new(Cairn(crate::open_memory(dir)?)),
         _ => Box::new(Sqlite::open(dir)?),
     })
 }
@@ -365,7 +365,7 @@ fn tree_bench(a: &DocsArgs, tree: &Path) -> Result<()> {
         lat.sort_by(f64::total_cmp);
         let grep = if engine == "cairn" {
             drop(e);
-            let m = Memory::open(&dir)?;
+            let m = crate::open_memory(&dir)?;
             let mut speeds = Vec::new();
             for p in PATTERNS {
                 for _ in 0..a.query_repeat.min(3) {

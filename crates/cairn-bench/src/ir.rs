@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use cairn_docs::{AddOptions, Memory, NewDoc, QueryMode, SearchOptions};
+use cairn_docs::{AddOptions, NewDoc, QueryMode, SearchOptions};
 use clap::Args;
 
 #[derive(Args)]
@@ -131,7 +131,7 @@ pub fn run(a: IrArgs) -> Result<()> {
             tmp.path().to_path_buf()
         }
     };
-    let m = Memory::open(&dir)?;
+    let m = crate::open_memory(&dir)?;
     let t = Instant::now();
     let docs: Vec<NewDoc> = corpus
         .iter()

@@ -510,3 +510,9 @@ mod tests {
         assert!(parse_engine_exe("pebble=/x").unwrap_err().contains("Go peer"));
     }
 }
+
+/// The document memory of data directory `dir`, opened through the application layer (which
+/// owns the directory's layout).
+pub fn open_memory(dir: &std::path::Path) -> anyhow::Result<cairn_docs::Memory> {
+    Ok(cairn_app::Cairn::open(dir)?.memory(true)?)
+}

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use cairn_proto::{Filter, Request, ServerMsg};
+
 use cairn_server::client::{self, Client};
 use clap::Args;
 use hdrhistogram::Histogram;
@@ -52,7 +52,7 @@ impl Daemon {
             .stderr(Stdio::null())
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let sock = cairn_server::socket_path(dir);
+        let sock = cairn_app::Layout::new(dir).socket();
         let t = Instant::now();
         while client::connect_unix(&sock, None).is_err() {
             if t.elapsed() > Duration::from_secs(30) {
@@ -142,8 +142,8 @@ fn plain(secs: f64, chunks: u32, len: u32) -> Result<(f64, f64, f64)> {
 
 fn echo(c: &mut Client, chunks: u32, len: u32) -> Result<()> {
     let mut got = 0;
-    c.call_stream(Request::Echo { chunks, chunk_len: len }, |m| {
-        if let ServerMsg::Data(d) = m {
+    c.call_stream(cairn_proto::Request::Echo { chunks, chunk_len: len }, |m| {
+        if let cairn_proto::ServerMsg::Data(d) = m {
             got += d.len();
         }
         Ok(())
@@ -228,14 +228,8 @@ pub fn run(a: ServeArgs) -> Result<()> {
                     let Ok(mut c) = c else { return (h, per) };
                     for i in 0..per {
                         let t = Instant::now();
-                        let req = Request::Add {
-                            path: format!("c{id}/d{i}"),
-                            content: doc(id, i),
-                            tags: vec![],
-                            meta: vec![],
-                        };
-                        match c.call(req) {
-                            Ok(ServerMsg::Added { .. }) => {
+                        match add(&mut c, format!("c{id}/d{i}"), doc(id, i), vec![]) {
+                            Ok(_) => {
                                 let _ = h.record(t.elapsed().as_micros().max(1) as u64);
                             }
                             _ => failures += 1,
@@ -282,34 +276,17 @@ pub fn run(a: ServeArgs) -> Result<()> {
                     let kind = [0, 1, 0, 2, 0, 1, 0, 1, 0, 0][i % 10];
                     let t = Instant::now();
                     let ok = match kind {
-                        0 => matches!(
-                            c.call(Request::Add {
-                                path: format!("mixed/{k}/{i}"),
-                                content: doc(10_000 + k, i),
-                                tags: vec![tag.clone()],
-                                meta: vec![],
-                            }),
-                            Ok(ServerMsg::Added { .. })
-                        ),
-                        1 => c
-                            .call_stream(
-                                Request::Search {
-                                    query: "storage engine commit".into(),
-                                    limit: 10,
-                                    offset: 0,
-                                    words: true,
-                                    snippets: true,
-                                    filter: Filter::default(),
-                                },
-                                |_| Ok(()),
-                            )
-                            .is_ok(),
-                        _ => c
-                            .call_stream(
-                                Request::Ls { filter: Filter { tags: vec![tag.clone()], ..Filter::default() } },
-                                |_| Ok(()),
-                            )
-                            .is_ok(),
+                        0 => add(&mut c, format!("mixed/{k}/{i}"), doc(10_000 + k, i), vec![tag.clone()]).is_ok(),
+                        1 => {
+                            let mut q = cairn_app::docs::SearchRequest::new("storage engine commit");
+                            q.words = true;
+                            c.execute(&cairn_app::Request::Search(q), None, None).is_ok()
+                        }
+                        _ => {
+                            let filter = cairn_app::docs::Filter { tags: vec![tag.clone()], ..Default::default() };
+                            let req = cairn_app::docs::LsRequest { filter, limit: None };
+                            c.execute(&cairn_app::Request::Ls(req), None, None).is_ok()
+                        }
                     };
                     if ok {
                         hs[kind].record(t.elapsed().as_micros().max(1) as u64)?;
@@ -343,4 +320,12 @@ pub fn run(a: ServeArgs) -> Result<()> {
         daemon.peak_rss_mib()
     );
     Ok(())
+}
+
+/// Adds one named document through the daemon.
+fn add(c: &mut Client, name: String, content: Vec<u8>, tags: Vec<String>) -> cairn_app::Result<cairn_app::Response> {
+    let doc =
+        cairn_app::docs::NamedContent { name, content: None, content_base64: Some(cairn_app::text::base64(&content)) };
+    let req = cairn_app::docs::AddRequest { docs: vec![doc], tags, ..Default::default() };
+    c.execute(&cairn_app::Request::Add(req), None, None)
 }

@@ -140,7 +140,7 @@ impl Cairn {
     fn open(dir: &Path, indexes: usize, durable: bool) -> Result<Cairn> {
         let db = Db::open(dir, Options { block_cache_bytes: CACHE_BYTES, ..Options::default() })?;
         let writes = if durable { WriteOptions::default() } else { WriteOptions::no_sync() };
-        let tables = Tables::open_with(db, writes)?;
+        let tables = Tables::open_with(db.keyspace(cairn_kv::keyspace::TABLES), writes)?;
         tables.create_table("t", "id", None)?;
         if indexes >= 1 {
             tables.create_index("t", "city", "city", IndexKind::Hash)?;

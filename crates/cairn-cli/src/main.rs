@@ -1,39 +1,49 @@
-//! The `cairn` command-line tool. Every command runs embedded on the data directory
-//! (`--dir`, `$CAIRN_DIR`, default `./.cairn`), or in the daemon serving it (`cairn serve`)
-//! when one runs (`--remote` insists on a daemon; `--addr` names one elsewhere).
+//! The `cairn` command-line tool. Every command is one request of the application layer
+//! (crate `cairn`), run embedded on the data directory (`--dir`, `$CAIRN_DIR`, default
+//! `./.cairn`) or in the daemon serving it (`cairn serve`) when one runs (`--remote` insists on
+//! a daemon; `--addr` names one elsewhere). `--json` prints the result's JSON, the same JSON the
+//! daemon's IPC and HTTP and the MCP server give; without it the result is rendered for people.
+//!
+//! Exit status: 0 success; 1 `grep` matched nothing; 2 a bad request or usage; 3 not found;
+//! 4 a conflict or a version precondition that does not hold; 5 unauthorized or forbidden;
+//! 6 damaged data (also `verify` finding a problem); 7 anything else (I/O errors).
 
-mod ctx;
+mod backend;
 mod docs;
 mod kv;
 mod mcp;
-mod remote;
+mod render;
 mod serve;
 mod table;
-mod tree;
 
-use std::io::{self, Write};
+use std::io::{self, IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use ctx::Ctx;
-
-use clap::{Parser, Subcommand};
+use backend::Backend;
+use cairn::{ErrorKind, Request, Response};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// cairn: one embedded storage engine for keys, blobs, trees, documents and records.
 #[derive(Parser, Debug)]
 #[command(name = "cairn", version, about)]
 pub(crate) struct Cli {
-    /// Data directory. (Its id is not `dir`, so no subcommand argument can shadow it.)
-    #[arg(long = "dir", global = true, env = "CAIRN_DIR", default_value = ".cairn", value_name = "DIR")]
-    data_dir: PathBuf,
+    /// Data directory (default ./.cairn). (Its id is not `dir`, so no subcommand argument can
+    /// shadow it.)
+    #[arg(long = "dir", global = true, env = "CAIRN_DIR", value_name = "DIR")]
+    data_dir: Option<PathBuf>,
     /// Run the command in the daemon serving the data directory (fail if none runs). Without
     /// it, a running daemon is used when its socket answers, else the command runs embedded.
     #[arg(long, global = true)]
     remote: bool,
     /// Run the command in the daemon at this address (a socket path or tcp://HOST:PORT; a TCP
-    /// daemon needs CAIRN_TOKEN).
+    /// daemon needs CAIRN_TOKEN). Not with --dir: the daemon serves its own directory.
     #[arg(long, global = true, env = "CAIRN_ADDR", value_name = "ADDR")]
     addr: Option<String>,
+    /// Print the result as JSON (one document).
+    #[arg(long, global = true)]
+    json: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -42,7 +52,7 @@ pub(crate) struct Cli {
 pub(crate) enum Command {
     #[command(flatten)]
     Docs(docs::DocsCommand),
-    /// The key-value engine.
+    /// Keys and values (in the user keyspace), and the engine's statistics.
     #[command(subcommand)]
     Kv(kv::KvCommand),
     /// JSON record tables with secondary indexes and FIQL queries.
@@ -56,9 +66,6 @@ pub(crate) enum Command {
         /// Snapshot name (default: directory name and time).
         #[arg(long)]
         name: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Materialize a snapshot into a new or empty directory.
     Checkout {
@@ -66,12 +73,11 @@ pub(crate) enum Command {
         snapshot: String,
         /// Destination directory.
         dest: PathBuf,
-        /// hardlink (shared read-only files), reflink (copy-on-write where supported) or copy.
-        #[arg(long, default_value = "hardlink", value_parser = tree::parse_mode)]
-        mode: cairn_tree::CheckoutMode,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
+        /// reflink (copy-on-write clones where the file system supports them, else copies; the
+        /// default), copy, or hardlink (links to shared read-only copies: fastest and smallest,
+        /// but the files must not be changed in place).
+        #[arg(long, default_value = "reflink")]
+        mode: String,
     },
     /// Paths added, removed, modified or renamed from snapshot A to snapshot B.
     Diff {
@@ -79,16 +85,9 @@ pub(crate) enum Command {
         a: String,
         /// Second snapshot.
         b: String,
-        /// Print JSON lines.
-        #[arg(long)]
-        json: bool,
     },
     /// List snapshots.
-    Snapshots {
-        /// Print JSON lines.
-        #[arg(long)]
-        json: bool,
-    },
+    Snapshots,
     /// Remove snapshots (their space is freed by `cairn gc`).
     RmSnapshot {
         /// Snapshot names.
@@ -96,133 +95,193 @@ pub(crate) enum Command {
         names: Vec<String>,
     },
     /// Free the space of data no snapshot refers to.
-    Gc {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
-    /// Reread and rehash every stored chunk and check every snapshot.
+    Gc,
+    /// Check every layer: reread and rehash every chunk, every document, snapshot, table index
+    /// and the full-text index; every problem is named with what it affects.
     Verify {
-        /// Print JSON.
+        /// Check rows and indexes only, without rereading every chunk.
         #[arg(long)]
-        json: bool,
+        no_chunks: bool,
     },
     /// Logical size, stored size and dedup ratio of one snapshot or all.
     Du {
         /// Snapshot (default: all).
         snapshot: Option<String>,
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
     },
     /// Run the daemon on this data directory: framed IPC on <DIR>/cairn.sock, optionally TCP
-    /// and HTTP/REST (both need a token: CAIRN_TOKEN or `token` in <DIR>/cairn.toml).
+    /// and HTTP/REST (both need a token: CAIRN_TOKEN or `token` in [server] of cairn.toml).
     Serve(serve::ServeArgs),
-    /// Serve the document memory to an agent over MCP (JSON-RPC on stdin/stdout): tools add,
-    /// search, grep, get, ls, tag. Uses the daemon when one serves the data directory.
+    /// Serve the memory to an agent over MCP (JSON-RPC on stdin/stdout). Uses the daemon when
+    /// one serves the data directory.
     Mcp,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Serve(args) => return report(serve::run(&cli.data_dir, args)),
-        Command::Mcp => return report(mcp::run(&cli.data_dir, cli.remote, cli.addr.as_deref())),
-        _ => {}
-    }
-    match remote::target(&cli.data_dir, cli.remote, cli.addr.as_deref()) {
-        Ok(Some(client)) => return remote::run(client, &cli.command),
-        Ok(None) => {}
-        Err(e) => return report(Err(e)),
-    }
-    let mut out = io::BufWriter::new(io::stdout().lock());
-    let mut ctx = Ctx::embedded(cli.data_dir);
-    let result = execute(&mut ctx, cli.command, &mut out).and_then(|()| ctx.finish());
-    let result = result.and_then(|()| out.flush().map_err(Into::into));
-    report(result)
-}
-
-/// Runs one command (embedded, or inside the daemon for a client).
-pub(crate) fn execute(ctx: &mut Ctx, command: Command, out: &mut dyn Write) -> anyhow::Result<()> {
-    match command {
-        Command::Docs(cmd) => docs::run(ctx, cmd, out),
-        Command::Kv(cmd) => kv::run(ctx, cmd, out),
-        Command::Table(cmd) => table::run(ctx, cmd, out),
-        Command::Snapshot { source, name, json } => tree::snapshot(ctx, &source, name.as_deref(), json, out),
-        Command::Checkout { snapshot, dest, mode, json } => tree::checkout(ctx, &snapshot, &dest, mode, json, out),
-        Command::Diff { a, b, json } => tree::diff(ctx, &a, &b, json, out),
-        Command::Snapshots { json } => tree::list(ctx, json, out),
-        Command::RmSnapshot { names } => tree::remove(ctx, &names, out),
-        Command::Gc { json } => tree::gc(ctx, json, out),
-        Command::Verify { json } => tree::verify(ctx, json, out),
-        Command::Du { snapshot, json } => tree::du(ctx, snapshot.as_deref(), json, out),
-        Command::Serve(_) | Command::Mcp => anyhow::bail!("`serve` and `mcp` cannot run inside a daemon"),
-    }
-}
-
-/// Parses and runs one command line (the arguments after the program name) on `ctx` and
-/// returns its exit status: usage errors go to `ctx.err` (help and version text to `out`),
-/// command errors to `ctx.err`. The daemon and `cairn mcp` run command lines through this.
-pub(crate) fn run_line(ctx: &mut Ctx, args: Vec<String>, out: &mut dyn Write) -> u8 {
-    let cli = match Cli::try_parse_from(std::iter::once("cairn".to_string()).chain(args)) {
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
         Ok(c) => c,
-        Err(e) => {
-            let text = e.render().to_string();
-            let _ = if e.use_stderr() { ctx.err.write_all(text.as_bytes()) } else { out.write_all(text.as_bytes()) };
-            return e.exit_code().clamp(0, 255) as u8;
-        }
+        Err(e) => e.exit(),
     };
-    let result = execute(ctx, cli.command, out).and_then(|()| out.flush().map_err(Into::into));
-    exit_status(result, &mut ctx.err)
-}
-
-/// The exit status of a command's result; errors are printed to `err`.
-pub(crate) fn exit_status(result: anyhow::Result<()>, err: &mut dyn Write) -> u8 {
+    let dir_given = matches.value_source("data_dir");
+    if cli.addr.is_some() && dir_given == Some(clap::parser::ValueSource::CommandLine) {
+        eprintln!("cairn: give --dir or --addr, not both (a daemon serves its own data directory)");
+        return ExitCode::from(2);
+    }
+    if cli.addr.is_some() && dir_given == Some(clap::parser::ValueSource::EnvVariable) {
+        eprintln!("cairn: warning: CAIRN_DIR is ignored: --addr names the daemon, which serves its own directory");
+    }
+    let data = cli.data_dir.clone().unwrap_or_else(|| PathBuf::from(".cairn"));
+    let json = cli.json;
+    let result = match cli.command {
+        Command::Serve(args) => serve::run(&data, args).map(|()| 0),
+        Command::Mcp => mcp::run(&data, cli.remote, cli.addr.as_deref()).map(|()| 0),
+        command => run(&data, cli.remote, cli.addr.as_deref(), command, json),
+    };
     match result {
-        Ok(()) => 0,
-        Err(e) if is_broken_pipe(&e) => 0,
-        Err(e) if e.downcast_ref::<docs::NoMatch>().is_some() => 1,
+        Ok(code) => ExitCode::from(code),
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
-            let _ = writeln!(err, "cairn: {}", message(&e));
-            1
+            eprintln!("cairn: {e}");
+            ExitCode::from(exit_code(e.kind()))
         }
     }
 }
 
-/// The error and its causes, `: `-separated, leaving out a cause whose text the message so
-/// far already ends with (error types that print their source as well as returning it).
-fn message(e: &anyhow::Error) -> String {
-    let mut out = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        if out.ends_with(&text) {
-            continue;
-        }
-        if !out.is_empty() {
-            out.push_str(": ");
-        }
-        out.push_str(&text);
+/// The exit status of an error kind (the one place they are paired).
+pub(crate) fn exit_code(kind: ErrorKind) -> u8 {
+    match kind {
+        ErrorKind::BadRequest => 2,
+        ErrorKind::NotFound => 3,
+        ErrorKind::Conflict | ErrorKind::PreconditionFailed => 4,
+        ErrorKind::Unauthorized | ErrorKind::Forbidden => 5,
+        ErrorKind::Corrupt => 6,
+        _ => 7,
     }
-    out
 }
 
-fn report(result: anyhow::Result<()>) -> ExitCode {
-    ExitCode::from(exit_status(result, &mut io::stderr()))
-}
-
-fn is_broken_pipe(e: &anyhow::Error) -> bool {
-    e.chain().any(|c| c.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn error_messages_name_each_cause_once() {
-        let source = std::io::Error::other("connection refused");
-        let e = cairn_cas::Error::Backend { object: "s3://b/pack-00000001.pack".into(), source };
-        let e = anyhow::Error::from(e).context("uploading");
-        assert_eq!(super::message(&e), "uploading: backend error on s3://b/pack-00000001.pack: connection refused");
-        let e = anyhow::anyhow!("inner").context("outer");
-        assert_eq!(super::message(&e), "outer: inner");
+fn is_broken_pipe(e: &cairn::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if c.downcast_ref::<io::Error>().is_some_and(|io| io.kind() == io::ErrorKind::BrokenPipe) {
+            return true;
+        }
+        cause = c.source();
     }
+    e.message().contains("Broken pipe")
+}
+
+/// What one command runs.
+enum Plan {
+    Run(Request),
+    Cat { doc: String, version: Option<u32> },
+    Grep(cairn::docs::GrepRequest, docs::GrepPrint),
+}
+
+fn plan(command: Command, json: bool) -> cairn::Result<(Plan, bool)> {
+    Ok(match command {
+        Command::Docs(d) => match d.plan()? {
+            (docs::Plan::Run(r), stdin) => (Plan::Run(r), stdin),
+            // With --json, the content in JSON (text, or base64 when binary).
+            (docs::Plan::Cat { doc, version }, _) if json => {
+                (Plan::Run(Request::Content(cairn::docs::ContentRequest { doc, version, max_bytes: None })), false)
+            }
+            (docs::Plan::Cat { doc, version }, _) => (Plan::Cat { doc, version }, false),
+            (docs::Plan::Grep(r, p), _) => (Plan::Grep(r, p), false),
+        },
+        Command::Kv(k) => {
+            let (r, stdin) = k.plan();
+            (Plan::Run(r), stdin)
+        }
+        Command::Table(t) => {
+            let (r, stdin) = t.plan()?;
+            (Plan::Run(r), stdin)
+        }
+        Command::Snapshot { source, name } => {
+            (Plan::Run(Request::Snapshot(cairn::trees::SnapshotRequest { source, name })), false)
+        }
+        Command::Checkout { snapshot, dest, mode } => {
+            (Plan::Run(Request::Checkout(cairn::trees::CheckoutRequest { snapshot, dest, mode: mode.parse()? })), false)
+        }
+        Command::Diff { a, b } => (Plan::Run(Request::Diff(cairn::trees::DiffRequest { a, b })), false),
+        Command::Snapshots => (Plan::Run(Request::Snapshots(Default::default())), false),
+        Command::RmSnapshot { names } => {
+            (Plan::Run(Request::RmSnapshot(cairn::trees::RmSnapshotRequest { names })), false)
+        }
+        Command::Gc => (Plan::Run(Request::Gc(Default::default())), false),
+        Command::Verify { no_chunks } => {
+            (Plan::Run(Request::Verify(cairn::verify::VerifyRequest { chunks: !no_chunks })), false)
+        }
+        Command::Du { snapshot } => (Plan::Run(Request::Du(cairn::trees::DuRequest { snapshot })), false),
+        Command::Serve(_) | Command::Mcp => unreachable!("handled by main"),
+    })
+}
+
+/// A progress bar on the terminal for operations that take a while (hidden elsewhere).
+fn progress_bar(req: &Request) -> Option<ProgressBar> {
+    if !matches!(req, Request::Add(_) | Request::Snapshot(_)) || !io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {pos}/{len} files {msg} [{elapsed_precise}]")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    Some(bar)
+}
+
+fn run(data: &std::path::Path, remote: bool, addr: Option<&str>, command: Command, json: bool) -> cairn::Result<u8> {
+    let explain = matches!(&command, Command::Table(t) if table::explains(t));
+    let (plan, reads_stdin) = plan(command, json)?;
+    let mut backend = Backend::connect(data, remote, addr)?;
+    let stdout = io::stdout();
+    let tty = stdout.is_terminal();
+    let mut out = io::BufWriter::new(stdout.lock());
+    let result = (|| -> cairn::Result<u8> {
+        match plan {
+            Plan::Cat { doc, version } => {
+                backend.content(&doc, version, &mut out)?;
+                Ok(0)
+            }
+            Plan::Grep(req, print) => render::grep(&mut backend, req, print, json, tty, &mut out),
+            Plan::Run(req) => {
+                let bar = progress_bar(&req);
+                let report = |p: cairn::Progress| {
+                    if let Some(b) = &bar {
+                        b.set_length(p.total);
+                        b.set_position(p.done);
+                        b.set_message(format!("{:.1} MiB", p.bytes as f64 / (1 << 20) as f64));
+                    }
+                };
+                let mut stdin = io::stdin();
+                let input: Option<&mut (dyn io::Read + Send)> = if reads_stdin { Some(&mut stdin) } else { None };
+                let res = backend.execute(req, input, Some(&report));
+                if let Some(b) = &bar {
+                    b.finish_and_clear();
+                }
+                let res: Response = res?;
+                if json {
+                    let text =
+                        serde_json::to_string(&res.to_json()).map_err(|e| cairn::Error::internal(e.to_string()))?;
+                    writeln!(out, "{text}").map_err(stdout_err)?;
+                    return Ok(render::status(&res));
+                }
+                render::text(&res, tty, explain, &mut out)
+            }
+        }
+    })();
+    for w in backend.warnings() {
+        eprintln!("cairn: warning: {w}");
+    }
+    let flushed = out.flush().map_err(stdout_err);
+    drop(out);
+    let finished = backend.finish();
+    let code = result?;
+    flushed?;
+    finished?;
+    Ok(code)
+}
+
+/// A write error on standard output.
+pub(crate) fn stdout_err(e: io::Error) -> cairn::Error {
+    cairn::Error::io(std::path::Path::new("<stdout>"), e)
 }

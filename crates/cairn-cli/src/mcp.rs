@@ -1,376 +1,329 @@
-//! `cairn mcp`: a Model Context Protocol server on stdin/stdout (JSON-RPC 2.0, one message
-//! per line) exposing the document memory to agents: add, search, grep, get, ls, tag.
+//! `cairn mcp`: a Model Context Protocol server on stdin/stdout, served with `rmcp` (the
+//! official Rust SDK). Each tool is one request of the application layer, run embedded or in
+//! the daemon serving the data directory; its result is the request's JSON (as text and as
+//! structured content), the same JSON the CLI's `--json`, the IPC and HTTP give.
 //!
-//! Each tool runs the matching `cairn` command with `--json` (or raw content for `get`),
-//! in-process or in the daemon serving the data directory, so agents, the CLI and the daemon
-//! share one implementation and one output format.
+//! Tools that can return much (search, grep, ls, get, table_query) take a limit with a small
+//! default, and their results say when they were cut (`truncated`, `total`). Lines that are
+//! not one JSON-RPC message are answered here, before the SDK sees them: a batch (a JSON
+//! array) gets `-32600` (MCP has no batches since 2025-06-18), unparsable text `-32700`.
 
-use std::io::{self, BufRead, Write};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use anyhow::Result;
-use cairn_server::client::Client;
+use cairn::{Request, Response, docs, tables, trees};
+use rmcp::ErrorData;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{RequestContext, RoleServer, ServiceExt};
+use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
-use crate::ctx::Ctx;
-use crate::run_line;
+use crate::backend::Backend;
 
-/// The tools, in the order `tools/list` gives them.
-const TOOLS: [&str; 6] = ["add", "search", "grep", "get", "ls", "tag"];
+/// Default result sizes for agents (they can ask for more).
+const SEARCH_LIMIT: usize = 10;
+const GREP_FILES: usize = 20;
+const LS_LIMIT: usize = 50;
+const GET_BYTES: u64 = 256 << 10;
+const QUERY_LIMIT: usize = 100;
 
-/// Protocol revisions this server speaks, newest first.
-const VERSIONS: &[&str] = &["2025-06-18", "2025-03-26", "2024-11-05"];
-
-enum Backend {
-    Embedded(Box<Ctx>),
-    Remote(Client),
+/// `add`'s arguments: one named document.
+#[derive(Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct AddArgs {
+    /// The document's name, e.g. notes/meeting.md (relative; no `.` or `..` components).
+    name: String,
+    /// UTF-8 content.
+    #[serde(default)]
+    content: Option<String>,
+    /// Binary content, base64 (instead of `content`).
+    #[serde(default)]
+    content_base64: Option<String>,
+    /// Tags.
+    #[serde(default)]
+    tags: Vec<String>,
+    /// Metadata key=value pairs.
+    #[serde(default)]
+    meta: BTreeMap<String, String>,
 }
 
-/// A `Write` whose bytes can be taken out later (the embedded command's stderr).
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
-        self.0.lock().expect("not poisoned").extend_from_slice(b);
-        Ok(b.len())
+/// The tools, in the order `tools/list` gives them: (name, description, schema).
+fn tools() -> Vec<Tool> {
+    fn schema<T: schemars::JsonSchema>() -> Arc<serde_json::Map<String, Value>> {
+        let v = serde_json::to_value(schemars::schema_for!(T)).unwrap_or(json!({ "type": "object" }));
+        Arc::new(v.as_object().cloned().unwrap_or_default())
     }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+    vec![
+        Tool::new(
+            "add",
+            "Store a named document in the memory (a new version if the name holds other content). Returns what was stored.",
+            schema::<AddArgs>(),
+        ),
+        Tool::new(
+            "search",
+            "BM25 full-text search with snippets. Query syntax: words, \"exact phrases\", AND/OR/NOT, +required, -excluded. Default limit 10; `total` says how many match.",
+            schema::<docs::SearchRequest>(),
+        ),
+        Tool::new(
+            "grep",
+            "Regular-expression search over stored document content. Default limit 20 documents; `truncated` says when the limit cut it.",
+            schema::<docs::GrepRequest>(),
+        ),
+        Tool::new(
+            "get",
+            "A document's content (the current version, or the given one), as text (or base64 when binary). Default max_bytes 262144; `truncated` says when cut.",
+            schema::<docs::ContentRequest>(),
+        ),
+        Tool::new(
+            "ls",
+            "List documents (path, version, size, type, tags, metadata). Default limit 50; `total` and `truncated` say how many there are.",
+            schema::<docs::LsRequest>(),
+        ),
+        Tool::new("tag", "Add and/or remove tags on documents.", schema::<docs::TagRequest>()),
+        Tool::new("versions", "Every version of a document.", schema::<docs::VersionsRequest>()),
+        Tool::new("meta", "A document's metadata (one key, or all).", schema::<docs::MetaGetRequest>()),
+        Tool::new("snapshot", "Snapshot a directory tree into the store.", schema::<trees::SnapshotRequest>()),
+        Tool::new(
+            "diff",
+            "Paths added, removed, modified or renamed between two snapshots.",
+            schema::<trees::DiffRequest>(),
+        ),
+        Tool::new(
+            "table_query",
+            "Records of a JSON table matching a FIQL filter (e.g. `age=ge=30;city==Oslo`). Default limit 100.",
+            schema::<tables::QueryRequest>(),
+        ),
+    ]
+}
+
+/// The request a tool call makes (`Err`: a message for the agent about its arguments).
+fn request(name: &str, args: Value) -> Result<Option<Request>, String> {
+    fn parse<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, String> {
+        serde_json::from_value(args).map_err(|e| format!("invalid arguments: {e}"))
     }
-}
-
-impl Backend {
-    /// Runs a command line with `input` as its standard input; returns (exit status, stdout,
-    /// stderr).
-    fn run(&mut self, args: Vec<String>, input: Option<Vec<u8>>) -> Result<(u8, Vec<u8>, Vec<u8>)> {
-        let mut out = Vec::new();
-        match self {
-            Backend::Remote(c) => {
-                let mut err = Vec::new();
-                let cwd = std::env::current_dir().unwrap_or_default();
-                let mut r = io::Cursor::new(input.unwrap_or_default());
-                let reader: Option<&mut dyn io::Read> = if r.get_ref().is_empty() { None } else { Some(&mut r) };
-                let code = c.run_cli(args, &cwd, false, reader, &mut out, &mut err)?;
-                Ok((code, out, err))
-            }
-            Backend::Embedded(ctx) => {
-                let err = Captured::default();
-                ctx.err = Box::new(err.clone());
-                ctx.input = Box::new(io::Cursor::new(input.unwrap_or_default()));
-                let code = run_line(ctx, args, &mut out);
-                ctx.input = Box::new(io::empty());
-                let err = std::mem::take(&mut *err.0.lock().expect("not poisoned"));
-                Ok((code, out, err))
-            }
-        }
-    }
-}
-
-fn tools() -> Value {
-    let filter = json!({
-        "tag": { "type": "array", "items": { "type": "string" }, "description": "only documents with all these tags" },
-        "path_glob": { "type": "string", "description": "only documents whose path matches this glob" },
-        "meta": { "type": "object", "additionalProperties": { "type": "string" }, "description": "only documents with these key=value pairs" }
-    });
-    let with_filter = |mut props: Value| {
-        props.as_object_mut().expect("object").extend(filter.as_object().expect("object").clone());
-        props
-    };
-    json!([
-        {
-            "name": "add",
-            "description": "Store a document in the memory (a new version if the path already holds other content). Returns the stored record as JSON.",
-            "inputSchema": { "type": "object", "required": ["path", "content"], "properties": {
-                "path": { "type": "string", "description": "document path or name, e.g. notes/meeting.md" },
-                "content": { "type": "string", "description": "the text" },
-                "tags": { "type": "array", "items": { "type": "string" } },
-                "meta": { "type": "object", "additionalProperties": { "type": "string" } }
-            } }
-        },
-        {
-            "name": "search",
-            "description": "BM25 full-text search with snippets. Query syntax: words, \"exact phrases\", AND/OR/NOT, +required, -excluded. One JSON line per hit.",
-            "inputSchema": { "type": "object", "required": ["query"], "properties": with_filter(json!({
-                "query": { "type": "string" },
-                "limit": { "type": "integer", "minimum": 1, "maximum": 1000, "default": 10 }
-            })) }
-        },
-        {
-            "name": "grep",
-            "description": "Regular-expression search over stored document content, one JSON line per matching line.",
-            "inputSchema": { "type": "object", "required": ["pattern"], "properties": with_filter(json!({
-                "pattern": { "type": "string", "description": "Rust regex syntax" },
-                "ignore_case": { "type": "boolean" },
-                "word": { "type": "boolean", "description": "whole words only" },
-                "fixed": { "type": "boolean", "description": "the pattern is a literal string" },
-                "context": { "type": "integer", "minimum": 0, "maximum": 20 }
-            })) }
-        },
-        {
-            "name": "get",
-            "description": "A document's content (the current version, or the given one).",
-            "inputSchema": { "type": "object", "required": ["path"], "properties": {
-                "path": { "type": "string" },
-                "version": { "type": "integer", "minimum": 1 }
-            } }
-        },
-        {
-            "name": "ls",
-            "description": "List documents (path, version, size, type, tags, metadata), one JSON line each.",
-            "inputSchema": { "type": "object", "properties": with_filter(json!({})) }
-        },
-        {
-            "name": "tag",
-            "description": "Add and/or remove tags on documents.",
-            "inputSchema": { "type": "object", "required": ["paths"], "properties": {
-                "paths": { "type": "array", "items": { "type": "string" }, "minItems": 1 },
-                "add": { "type": "array", "items": { "type": "string" } },
-                "remove": { "type": "array", "items": { "type": "string" } }
-            } }
-        }
-    ])
-}
-
-/// Invalid tool arguments.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-struct BadArgs(String);
-
-fn s(args: &Value, k: &str) -> Result<String, BadArgs> {
-    args.get(k)
-        .and_then(Value::as_str)
-        .map(String::from)
-        .ok_or_else(|| BadArgs(format!("`{k}` (a string) is required")))
-}
-
-fn strings(args: &Value, k: &str) -> Result<Vec<String>, BadArgs> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(Vec::new()),
-        Some(Value::Array(a)) => a
-            .iter()
-            .map(|v| v.as_str().map(String::from).ok_or_else(|| BadArgs(format!("`{k}` must hold strings"))))
-            .collect(),
-        Some(_) => Err(BadArgs(format!("`{k}` must be an array of strings"))),
-    }
-}
-
-fn meta_args(args: &Value, argv: &mut Vec<String>) -> Result<(), BadArgs> {
-    if let Some(m) = args.get("meta").and_then(Value::as_object) {
-        for (k, v) in m {
-            let v = v.as_str().ok_or_else(|| BadArgs("`meta` values must be strings".into()))?;
-            argv.extend(["--meta".into(), format!("{k}={v}")]);
-        }
-    }
-    Ok(())
-}
-
-fn filter_args(args: &Value, argv: &mut Vec<String>) -> Result<(), BadArgs> {
-    for t in strings(args, "tag")? {
-        argv.extend(["--tag".into(), t]);
-    }
-    if let Some(g) = args.get("path_glob").and_then(Value::as_str) {
-        argv.extend(["--path-glob".into(), g.into()]);
-    }
-    meta_args(args, argv)
-}
-
-fn uint(args: &Value, k: &str) -> Result<Option<u64>, BadArgs> {
-    match args.get(k) {
-        None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| BadArgs(format!("`{k}` must be a non-negative integer"))),
-    }
-}
-
-/// A command line a tool call runs, with its standard input.
-struct Line {
-    args: Vec<String>,
-    input: Option<Vec<u8>>,
-}
-
-impl Line {
-    fn new(args: Vec<String>) -> Line {
-        Line { args, input: None }
-    }
-}
-
-/// The command lines a tool call runs, in order (`tag` may need `tag` and `untag`).
-fn command_lines(name: &str, args: &Value) -> Result<Vec<Line>, BadArgs> {
-    let mut argv: Vec<String> = vec![];
-    match name {
+    Ok(Some(match name {
         "add" => {
-            // The content is the standard input of `cairn add - --name PATH`.
-            argv.extend(["add".into(), "--json".into(), "--name".into(), s(args, "path")?]);
-            for t in strings(args, "tags")? {
-                argv.extend(["--tag".into(), t]);
-            }
-            meta_args(args, &mut argv)?;
-            argv.extend(["--".into(), "-".into()]);
-            return Ok(vec![Line { args: argv, input: Some(s(args, "content")?.into_bytes()) }]);
+            let a: AddArgs = parse(args)?;
+            let doc = docs::NamedContent { name: a.name, content: a.content, content_base64: a.content_base64 };
+            Request::Add(docs::AddRequest { docs: vec![doc], tags: a.tags, meta: a.meta, ..Default::default() })
         }
         "search" => {
-            let limit = uint(args, "limit")?.unwrap_or(10).clamp(1, 1000);
-            argv.extend(["search".into(), "--json".into(), "-n".into(), limit.to_string()]);
-            filter_args(args, &mut argv)?;
-            argv.extend(["--".into(), s(args, "query")?]);
+            let mut r: docs::SearchRequest = parse(args.clone())?;
+            if args.get("limit").is_none() {
+                r.limit = SEARCH_LIMIT;
+            }
+            Request::Search(r)
         }
         "grep" => {
-            argv.extend(["grep".into(), "--json".into()]);
-            for (k, flag) in [("ignore_case", "-i"), ("word", "-w"), ("fixed", "-F")] {
-                if args.get(k).and_then(Value::as_bool).unwrap_or(false) {
-                    argv.push(flag.into());
-                }
-            }
-            if let Some(c) = uint(args, "context")? {
-                argv.extend(["-C".into(), c.min(20).to_string()]);
-            }
-            filter_args(args, &mut argv)?;
-            argv.extend(["--".into(), s(args, "pattern")?]);
+            let mut r: docs::GrepRequest = parse(args)?;
+            r.limit = Some(r.limit.unwrap_or(GREP_FILES));
+            Request::Grep(r)
         }
         "get" => {
-            argv.push("cat".into());
-            if let Some(v) = uint(args, "version")? {
-                argv.extend(["--version".into(), v.to_string()]);
-            }
-            argv.extend(["--".into(), s(args, "path")?]);
+            let mut r: docs::ContentRequest = parse(args)?;
+            r.max_bytes = Some(r.max_bytes.unwrap_or(GET_BYTES));
+            Request::Content(r)
         }
         "ls" => {
-            argv.extend(["ls".into(), "--json".into()]);
-            filter_args(args, &mut argv)?;
+            let mut r: docs::LsRequest = parse(args)?;
+            r.limit = Some(r.limit.unwrap_or(LS_LIMIT));
+            Request::Ls(r)
         }
-        "tag" => {
-            let paths = strings(args, "paths")?;
-            if paths.is_empty() {
-                return Err(BadArgs("`paths` must name at least one document".into()));
-            }
-            let mut lines = Vec::new();
-            for (command, key) in [("tag", "add"), ("untag", "remove")] {
-                let tags = strings(args, key)?;
-                if tags.is_empty() {
-                    continue;
-                }
-                let mut argv = vec![command.to_string()];
-                for t in tags {
-                    argv.extend(["-t".into(), t]);
-                }
-                argv.push("--".into());
-                argv.extend(paths.iter().cloned());
-                lines.push(Line::new(argv));
-            }
-            if lines.is_empty() {
-                return Err(BadArgs("give `add` and/or `remove`".into()));
-            }
-            return Ok(lines);
+        "tag" => Request::Tag(parse(args)?),
+        "versions" => Request::Versions(parse(args)?),
+        "meta" => Request::MetaGet(parse(args)?),
+        "snapshot" => Request::Snapshot(parse(args)?),
+        "diff" => Request::Diff(parse(args)?),
+        "table_query" => {
+            let mut r: tables::QueryRequest = parse(args)?;
+            r.limit = Some(r.limit.unwrap_or(QUERY_LIMIT));
+            Request::TableQuery(r)
         }
-        other => return Err(BadArgs(format!("unknown tool {other:?}"))),
-    }
-    Ok(vec![Line::new(argv)])
+        _ => return Ok(None),
+    }))
 }
 
-fn call(backend: &mut Backend, name: &str, args: &Value) -> Result<Value> {
-    let lines = match command_lines(name, args) {
-        Ok(l) => l,
-        Err(e) => return Ok(json!({ "content": [{ "type": "text", "text": e.0 }], "isError": true })),
+struct Server {
+    backend: Arc<Mutex<Backend>>,
+}
+
+fn text_result(v: &Value, error: bool) -> CallToolResult {
+    let text = serde_json::to_string(v).unwrap_or_default();
+    let mut r = if error {
+        CallToolResult::error(vec![ContentBlock::text(text)])
+    } else {
+        CallToolResult::success(vec![ContentBlock::text(text)])
     };
-    let mut outs = Vec::new();
-    let mut errs = Vec::new();
-    let mut code = 0;
-    for line in lines {
-        let (c, o, e) = backend.run(line.args, line.input)?;
-        outs.extend(o);
-        errs.extend(e);
-        code = code.max(c);
-    }
-    // grep exits 1 when nothing matches: not an error for an agent.
-    if name == "grep" && code == 1 && errs.is_empty() {
-        return Ok(result(0, b"no matches".to_vec(), errs));
-    }
-    Ok(result(code, outs, errs))
+    r.structured_content = Some(v.clone());
+    r
 }
 
-fn result(code: u8, out: Vec<u8>, err: Vec<u8>) -> Value {
-    let mut t = String::from_utf8_lossy(&out).into_owned();
-    if code != 0 {
-        t = String::from_utf8_lossy(&err).trim().trim_start_matches("cairn: ").to_string();
-    } else if t.is_empty() {
-        t = "ok".into();
+impl rmcp::ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("cairn", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "cairn memory: add named notes, then search (BM25) or grep them; get reads a document; \
+                 ls, tag, versions and meta manage them; snapshot/diff handle directory trees; \
+                 table_query reads JSON tables.",
+            )
     }
-    json!({ "content": [{ "type": "text", "text": t }], "isError": code != 0 })
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        let req = match self::request(&request.name, args) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err(ErrorData::invalid_params(format!("unknown tool {:?}", request.name), None)),
+            Err(msg) => {
+                let body = cairn::Error::bad_request(msg).body();
+                return Ok(text_result(&serde_json::to_value(body).unwrap_or_default(), true).into());
+            }
+        };
+        let backend = self.backend.clone();
+        let res = tokio::task::spawn_blocking(move || {
+            let mut b = backend.lock().unwrap_or_else(|p| p.into_inner());
+            b.execute(req, None, None)
+        })
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(match res {
+            Ok(r) => text_result(&result_json(&r), false),
+            Err(e) => text_result(&serde_json::to_value(e.body()).unwrap_or_default(), true),
+        }
+        .into())
+    }
 }
 
-fn reply(out: &mut impl Write, id: &Value, result: Result<Value, (i64, String)>) -> io::Result<()> {
-    let msg = match result {
-        Ok(r) => json!({ "jsonrpc": "2.0", "id": id, "result": r }),
-        Err((code, message)) => json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } }),
+fn result_json(r: &Response) -> Value {
+    r.to_json()
+}
+
+/// A JSON-RPC error answer for a line the SDK is not given.
+fn error_line(id: Value, code: i64, message: &str) -> String {
+    json!({ "jsonrpc": "2.0", "id": id, "error": { "code": code, "message": message } }).to_string()
+}
+
+/// What to do with one input line: forward it to the SDK, or answer it here.
+fn screen(line: &str) -> Result<(), String> {
+    let v: Value = match serde_json::from_str(line) {
+        Ok(v) => v,
+        Err(e) => return Err(error_line(Value::Null, -32700, &format!("parse error: {e}"))),
     };
-    writeln!(out, "{msg}")?;
-    out.flush()
+    match &v {
+        Value::Array(_) => Err(error_line(
+            Value::Null,
+            -32600,
+            "invalid request: JSON-RPC batches are not supported (MCP removed them); send one message per line",
+        )),
+        Value::Object(o) => {
+            let id = o.get("id").cloned().unwrap_or(Value::Null);
+            let versioned = o.get("jsonrpc").and_then(Value::as_str) == Some("2.0");
+            let shaped =
+                o.get("method").is_some_and(Value::is_string) || o.contains_key("result") || o.contains_key("error");
+            if versioned && shaped {
+                Ok(())
+            } else {
+                Err(error_line(id, -32600, "invalid request: not a JSON-RPC 2.0 message"))
+            }
+        }
+        _ => Err(error_line(Value::Null, -32600, "invalid request: not a JSON-RPC 2.0 message")),
+    }
 }
 
 /// Serves MCP on stdin/stdout until stdin closes.
-pub fn run(data: &Path, remote: bool, addr: Option<&str>) -> Result<()> {
-    let mut backend = match crate::remote::target(data, remote, addr)? {
-        Some(c) => Backend::Remote(c),
-        None => {
-            let mut ctx = Ctx::embedded(data.to_path_buf());
-            ctx.progress = false;
-            ctx.tty = false;
-            Backend::Embedded(Box::new(ctx))
-        }
-    };
-    let stdin = io::stdin();
-    let mut out = io::stdout().lock();
-    for line in stdin.lock().lines() {
-        let line = line?;
-        if line.trim().is_empty() {
-            continue;
-        }
-        let msg: Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(e) => {
-                reply(&mut out, &Value::Null, Err((-32700, format!("parse error: {e}"))))?;
-                continue;
-            }
-        };
-        let Some(method) = msg.get("method").and_then(Value::as_str) else {
-            // A response to us (we send no requests) or garbage.
-            if msg.get("id").is_some() && msg.get("result").is_none() && msg.get("error").is_none() {
-                reply(&mut out, &msg["id"], Err((-32600, "invalid request: no method".into())))?;
-            }
-            continue;
-        };
-        let Some(id) = msg.get("id").cloned() else { continue }; // a notification
-        let params = msg.get("params").cloned().unwrap_or(Value::Null);
-        let r = match method {
-            "initialize" => {
-                let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or(VERSIONS[0]);
-                let v = VERSIONS.iter().find(|v| **v == asked).copied().unwrap_or(VERSIONS[0]);
-                Ok(json!({
-                    "protocolVersion": v,
-                    "capabilities": { "tools": { "listChanged": false } },
-                    "serverInfo": { "name": "cairn", "version": env!("CARGO_PKG_VERSION") },
-                    "instructions": "cairn document memory: add notes and files, then search (BM25) or grep them."
-                }))
-            }
-            "ping" => Ok(json!({})),
-            "tools/list" => Ok(json!({ "tools": tools() })),
-            "tools/call" => match params.get("name").and_then(Value::as_str) {
-                None => Err((-32602, "tools/call needs a tool name".to_string())),
-                Some(name) if !TOOLS.contains(&name) => Err((-32602, format!("unknown tool {name:?}"))),
-                Some(name) => {
-                    let args = params.get("arguments").cloned().unwrap_or(json!({}));
-                    call(&mut backend, name, &args).map_err(|e| (-32603, format!("{e:#}")))
+pub fn run(data: &Path, remote: bool, addr: Option<&str>) -> cairn::Result<()> {
+    let backend = Arc::new(Mutex::new(Backend::connect(data, remote, addr)?));
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| cairn::Error::internal(format!("starting the runtime: {e}")))?;
+    rt.block_on(async {
+        let (ours, theirs) = tokio::io::duplex(1 << 20);
+        let (sdk_out, mut to_sdk) = tokio::io::split(ours);
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<String>(64);
+        // One writer: the SDK's answers and ours, whole lines each.
+        let writer = tokio::spawn(async move {
+            let mut stdout = tokio::io::stdout();
+            while let Some(line) = rx.recv().await {
+                if stdout.write_all(line.as_bytes()).await.is_err() || stdout.write_all(b"\n").await.is_err() {
+                    return;
                 }
-            },
-            other => Err((-32601, format!("method not found: {other}"))),
-        };
-        reply(&mut out, &id, r)?;
-    }
-    if let Backend::Embedded(ctx) = backend {
-        ctx.finish()?;
-    }
-    Ok(())
+                let _ = stdout.flush().await;
+            }
+        });
+        let answers = tx.clone();
+        let from_sdk = tokio::spawn(async move {
+            let mut lines = BufReader::new(sdk_out).lines();
+            while let Ok(Some(l)) = lines.next_line().await {
+                if answers.send(l).await.is_err() {
+                    return;
+                }
+            }
+        });
+        // Input is pumped from its own task: the SDK's handshake reads it before `serve` returns.
+        let screened = tx.clone();
+        let pump = tokio::spawn(async move {
+            let mut stdin = BufReader::new(tokio::io::stdin()).lines();
+            while let Ok(Some(line)) = stdin.next_line().await {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                match screen(&line) {
+                    Ok(()) => {
+                        if to_sdk.write_all(line.as_bytes()).await.is_err() || to_sdk.write_all(b"\n").await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(answer) => {
+                        let _ = screened.send(answer).await;
+                    }
+                }
+            }
+            to_sdk
+        });
+        let service = Server { backend: backend.clone() }.serve(theirs).await;
+        match service {
+            Ok(s) => {
+                // End of input: let the SDK finish what it was asked, then close.
+                let mut to_sdk = pump.await.map_err(|e| cairn::Error::internal(e.to_string()))?;
+                let _ = to_sdk.shutdown().await;
+                drop(to_sdk);
+                let _ = s.waiting().await;
+            }
+            // The client left, or its first message was not `initialize`: nothing to serve.
+            Err(e) => {
+                pump.abort();
+                eprintln!("cairn: mcp: {e}");
+            }
+        }
+        let _ = from_sdk.await;
+        drop(tx);
+        let _ = writer.await;
+        Ok::<(), cairn::Error>(())
+    })?;
+    let backend = Arc::try_unwrap(backend)
+        .map_err(|_| cairn::Error::internal("the MCP server still holds the data directory"))?
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner());
+    backend.finish()
 }
 
 #[cfg(test)]
@@ -378,12 +331,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn listed_tools_are_the_callable_ones() {
-        let listed: Vec<String> =
-            tools().as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap().into()).collect();
-        assert_eq!(listed, TOOLS);
-        let lines = command_lines("tag", &json!({ "paths": ["a"], "add": ["x"], "remove": ["y"] })).unwrap();
-        let argv: Vec<Vec<String>> = lines.into_iter().map(|l| l.args).collect();
-        assert_eq!(argv, [["tag", "-t", "x", "--", "a"], ["untag", "-t", "y", "--", "a"]]);
+    fn every_listed_tool_is_callable_and_lines_are_screened() {
+        for t in tools() {
+            assert_eq!(t.input_schema.get("type"), Some(&json!("object")), "{}", t.name);
+            // Each tool maps to a request (or says what is wrong with empty arguments).
+            assert!(request(&t.name, json!({})).map(|r| r.is_some()).unwrap_or(true), "{}", t.name);
+        }
+        assert_eq!(request("nope", json!({})), Ok(None));
+        let search = tools().into_iter().find(|t| t.name == "search").unwrap();
+        assert_eq!(search.input_schema.get("required"), Some(&json!(["query"])));
+        assert!(screen(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#).is_ok());
+        let batch: Value = serde_json::from_str(&screen("[]").unwrap_err()).unwrap();
+        assert_eq!(batch["error"]["code"], -32600);
+        let broken: Value = serde_json::from_str(&screen("{broken").unwrap_err()).unwrap();
+        assert_eq!(broken["error"]["code"], -32700);
+        let odd: Value = serde_json::from_str(&screen(r#"{"id":4,"x":1}"#).unwrap_err()).unwrap();
+        assert_eq!((odd["id"].clone(), odd["error"]["code"].clone()), (json!(4), json!(-32600)));
     }
 }

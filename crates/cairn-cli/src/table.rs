@@ -1,14 +1,11 @@
 //! `cairn table ...`: JSON record tables with secondary indexes and FIQL queries.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result, bail};
-use cairn_tables::{IndexKind, Query, Schema};
+use cairn::tables::{self, IndexKind};
+use cairn::{Error, Request};
 use clap::Subcommand;
-use serde_json::{Value, json};
-
-use crate::ctx::Ctx;
+use serde_json::Value;
 
 /// Subcommands of `cairn table`.
 #[derive(Subcommand, Debug)]
@@ -26,18 +23,14 @@ pub enum TableCommand {
         schema: Option<PathBuf>,
     },
     /// List tables with their primary key and indexes.
-    Ls {
-        /// Print JSON.
-        #[arg(long)]
-        json: bool,
-    },
+    Ls,
     /// Drop a table with its records and indexes.
     Drop {
         /// Table name.
         table: String,
     },
     /// Create or replace records: one JSON object, or JSON lines from standard input (`-` or
-    /// no argument).
+    /// no argument), each its own durable write.
     Put {
         /// Table name.
         table: String,
@@ -50,15 +43,12 @@ pub enum TableCommand {
         #[arg(long)]
         if_version: Option<u64>,
     },
-    /// Print a record (JSON, with its version under `--json`).
+    /// Print a record (its data; with `--json`, `{"version": N, "data": {...}}`).
     Get {
         /// Table name.
         table: String,
         /// Primary key: an integer, or text (a JSON string like '"42"' for text digits).
         id: String,
-        /// Print {"version": N, "data": {...}}.
-        #[arg(long)]
-        json: bool,
     },
     /// Merge-patch a record (RFC 7396: null removes an attribute).
     Patch {
@@ -149,131 +139,73 @@ pub enum IndexCommand {
     },
 }
 
-fn parse_json(what: &str, s: &str) -> Result<Value> {
-    serde_json::from_str(s).with_context(|| format!("{what} is not valid JSON"))
+fn parse_json(what: &str, s: &str) -> cairn::Result<Value> {
+    serde_json::from_str(s).map_err(|e| Error::bad_request(format!("{what} is not valid JSON: {e}")))
 }
 
-/// Runs a `cairn table` command.
-pub fn run(ctx: &mut Ctx, cmd: TableCommand, out: &mut dyn Write) -> Result<()> {
-    let t = ctx.tables()?;
-    match cmd {
-        TableCommand::Create { table, pk, schema } => {
-            let schema: Option<Schema> = match schema {
-                Some(p) => {
-                    let p = ctx.abs(&p);
-                    let text = std::fs::read_to_string(&p).with_context(|| format!("reading {}", p.display()))?;
-                    Some(serde_json::from_str(&text).with_context(|| format!("schema {}", p.display()))?)
-                }
-                None => None,
-            };
-            t.create_table(&table, &pk, schema)?;
-            writeln!(out, "created table {table} (primary key {pk})")?;
-        }
-        TableCommand::Ls { json } => {
-            for d in t.list()? {
-                if json {
-                    writeln!(out, "{}", serde_json::to_string(&d)?)?;
-                } else {
-                    let ix: Vec<String> = d
-                        .indexes
-                        .iter()
-                        .map(|i| {
-                            format!("{}({} {:?}{})", i.name, i.attr, i.kind, if i.ready { "" } else { ", building" })
-                                .to_lowercase()
-                        })
-                        .collect();
-                    writeln!(out, "{}\tpk={}\t{}", d.name, d.pk, ix.join(" "))?;
-                }
-            }
-        }
-        TableCommand::Drop { table } => {
-            t.drop_table(&table)?;
-            writeln!(out, "dropped table {table}")?;
-        }
-        TableCommand::Put { table, record, if_absent, if_version } => {
-            let one = |rec: Value| -> Result<u64> {
-                let r = if if_absent {
-                    t.insert(&table, rec)?
-                } else if let Some(v) = if_version {
-                    t.put_if_version(&table, rec, v)?
-                } else {
-                    t.put(&table, rec)?
-                };
-                Ok(r.version)
-            };
-            match record.as_deref() {
-                Some(r) if r != "-" => {
-                    let v = one(parse_json("the record", r)?)?;
-                    writeln!(out, "version {v}")?;
-                }
-                _ => {
-                    // JSON lines, each its own durable write.
-                    let mut n = 0u64;
-                    for (i, line) in BufReader::new(&mut ctx.input).lines().enumerate() {
-                        let line = line.context("reading standard input")?;
-                        if line.trim().is_empty() {
-                            continue;
-                        }
-                        let rec = parse_json(&format!("line {}", i + 1), &line)?;
-                        one(rec).with_context(|| format!("line {}", i + 1))?;
-                        n += 1;
+/// Whether a query asked for its plan on stderr.
+pub fn explains(cmd: &TableCommand) -> bool {
+    matches!(cmd, TableCommand::Query { explain: true, .. })
+}
+
+impl TableCommand {
+    /// The request this command makes, and whether it reads standard input.
+    pub fn plan(self) -> cairn::Result<(Request, bool)> {
+        let id = |s: &str| tables::id_from_text(s);
+        Ok(match self {
+            TableCommand::Create { table, pk, schema } => {
+                let schema = match schema {
+                    Some(p) => {
+                        let text = std::fs::read_to_string(&p).map_err(|e| Error::io(&p, e))?;
+                        Some(
+                            serde_json::from_str(&text)
+                                .map_err(|e| Error::bad_request(format!("schema {}: {e}", p.display())))?,
+                        )
                     }
-                    writeln!(out, "{n} records written")?;
-                }
+                    None => None,
+                };
+                (Request::TableCreate(tables::CreateTableRequest { table, pk, schema }), false)
             }
-        }
-        TableCommand::Get { table, id, json } => {
-            let Some(r) = t.get(&table, &cairn_tables::id_from_text(&id))? else {
-                bail!("no record {id} in table {table}")
-            };
-            if json {
-                writeln!(out, "{}", json!({"version": r.version, "data": r.data}))?;
-            } else {
-                writeln!(out, "{}", r.data)?;
+            TableCommand::Ls => (Request::TableLs(Default::default()), false),
+            TableCommand::Drop { table } => (Request::TableDrop(tables::TableRequest { table }), false),
+            TableCommand::Put { table, record, if_absent, if_version } => {
+                let (records, stdin) = match record.as_deref() {
+                    Some(r) if r != "-" => (vec![parse_json("the record", r)?], false),
+                    _ => (Vec::new(), true),
+                };
+                let req = tables::PutRequest { table, records, id: None, stdin, if_absent, if_version };
+                (Request::TablePut(req), stdin)
             }
-        }
-        TableCommand::Patch { table, id, patch, if_version } => {
-            let r = t.patch(&table, &cairn_tables::id_from_text(&id), &parse_json("the patch", &patch)?, if_version)?;
-            writeln!(out, "version {}", r.version)?;
-        }
-        TableCommand::Rm { table, id, if_version } => {
-            if !t.delete(&table, &cairn_tables::id_from_text(&id), if_version)? {
-                bail!("no record {id} in table {table}");
+            TableCommand::Get { table, id: key } => {
+                (Request::TableGet(tables::RecordRequest { table, id: id(&key) }), false)
             }
-        }
-        TableCommand::Query { table, filter, sort, limit, offset, fields, explain } => {
-            let r = t.query(&table, &Query { filter, sort, limit, offset, fields })?;
-            for rec in &r.records {
-                writeln!(out, "{rec}")?;
+            TableCommand::Patch { table, id: key, patch, if_version } => (
+                Request::TablePatch(tables::PatchRequest {
+                    table,
+                    id: id(&key),
+                    patch: parse_json("the patch", &patch)?,
+                    if_version,
+                }),
+                false,
+            ),
+            TableCommand::Rm { table, id: key, if_version } => {
+                (Request::TableRm(tables::DeleteRequest { table, id: id(&key), if_version }), false)
             }
-            if explain {
-                writeln!(ctx.err, "plan: {}; examined {}; returned {}", r.plan, r.examined, r.records.len())?;
+            TableCommand::Query { table, filter, sort, limit, offset, fields, explain: _ } => {
+                (Request::TableQuery(tables::QueryRequest { table, filter, sort, limit, offset, fields }), false)
             }
-        }
-        TableCommand::Verify { table } => {
-            let n = t.verify(&table)?;
-            writeln!(out, "table {table}: {n} records, every index consistent")?;
-        }
-        TableCommand::Index(IndexCommand::Create { table, name, attr, kind, no_wait }) => {
-            let kind = if kind == "hash" { IndexKind::Hash } else { IndexKind::Range };
-            t.create_index(&table, &name, &attr, kind)?;
-            if no_wait {
-                writeln!(out, "index {name} on {table}.{attr} is building")?;
-            } else {
-                t.wait_for_index(&table, &name)?;
-                writeln!(out, "index {name} on {table}.{attr} is ready")?;
+            TableCommand::Verify { table } => (Request::TableVerify(tables::TableRequest { table }), false),
+            TableCommand::Index(IndexCommand::Create { table, name, attr, kind, no_wait }) => {
+                let kind = if kind == "hash" { IndexKind::Hash } else { IndexKind::Range };
+                let req = tables::CreateIndexRequest { table, name, attr, kind, wait: !no_wait };
+                (Request::IndexCreate(req), false)
             }
-        }
-        TableCommand::Index(IndexCommand::Ls { table }) => {
-            for i in t.table(&table)?.indexes {
-                let state = if i.ready { "ready" } else { "building" };
-                writeln!(out, "{}\t{}\t{}\t{state}", i.name, i.attr, format!("{:?}", i.kind).to_lowercase())?;
+            TableCommand::Index(IndexCommand::Ls { table }) => {
+                (Request::IndexLs(tables::TableRequest { table }), false)
             }
-        }
-        TableCommand::Index(IndexCommand::Drop { table, name }) => {
-            t.drop_index(&table, &name)?;
-            writeln!(out, "dropped index {name}")?;
-        }
+            TableCommand::Index(IndexCommand::Drop { table, name }) => {
+                (Request::IndexDrop(tables::DropIndexRequest { table, name }), false)
+            }
+        })
     }
-    Ok(())
 }

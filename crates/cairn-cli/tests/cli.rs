@@ -26,11 +26,12 @@ fn kv_commands() {
     ok(&d, &["kv", "put", "user:1", "ada"]);
     ok(&d, &["kv", "put", "user:2", "grace"]);
     ok(&d, &["kv", "put", "other", "x"]);
-    assert_eq!(ok(&d, &["kv", "get", "user:1"]), "ada\n");
+    // Piped, a value's bytes come out unchanged (no newline added).
+    assert_eq!(ok(&d, &["kv", "get", "user:1"]), "ada");
     assert_eq!(ok(&d, &["kv", "scan", "--prefix", "user:", "--keys-only"]), "user:1\nuser:2\n");
     assert_eq!(
         ok(&d, &["kv", "scan", "--reverse", "--limit", "1", "--json"]),
-        "{\"key\":\"user:2\",\"value\":\"grace\"}\n"
+        "{\"rows\":[{\"key\":{\"text\":\"user:2\"},\"value\":{\"text\":\"grace\"}}],\"truncated\":true}\n"
     );
     ok(&d, &["kv", "delete", "user:1"]);
     let (found, _, err) = cairn(&d, &["kv", "get", "user:1"]);
@@ -131,9 +132,12 @@ fn document_memory_end_to_end() {
     let wal = src.join("wal.md");
     let wal = wal.to_str().unwrap();
     let hits = ok(&d, &["search", "committing", "--json"]);
-    assert_eq!(hits.lines().count(), 1, "{hits}");
-    let hit: serde_json::Value = serde_json::from_str(hits.lines().next().unwrap()).unwrap();
+    assert_eq!(hits.lines().count(), 1, "one JSON document: {hits}");
+    let hits: serde_json::Value = serde_json::from_str(&hits).unwrap();
+    assert_eq!(hits["total"], 1, "{hits}");
+    let hit = &hits["hits"][0];
     assert_eq!(hit["path"], wal);
+    assert_eq!(hit["rank"], 1);
     assert!(hit["snippet"]["highlights"].as_array().is_some_and(|a| !a.is_empty()));
     assert!(ok(&d, &["search", "handle"]).contains("cache.rs"));
     assert!(ok(&d, &["search", "block", "--path-glob", "*.md"]).contains("0 of 0"));
@@ -242,4 +246,170 @@ fn add_skips_unreadable_files_and_says_so() {
     }
     let found = search.output().unwrap();
     assert!(String::from_utf8_lossy(&found.stdout).contains("ok.txt"));
+}
+
+/// The example at the top of issue 72: raw key-value commands once reached every layer's rows;
+/// now they work in the user keyspace and cannot touch documents, blobs, trees or tables.
+#[test]
+fn the_user_keyspace_cannot_reach_other_layers() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("st");
+    let a = t.path().join("a.txt");
+    fs::write(&a, "hello zebra\n").unwrap();
+    let a = a.to_str().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    fs::write(src.join("f.txt"), "tree file").unwrap();
+    ok(&d, &["add", a]);
+    ok(&d, &["snapshot", src.to_str().unwrap(), "--name", "s1"]);
+    ok(&d, &["table", "create", "people"]);
+    ok(&d, &["table", "put", "people", r#"{"id":1,"name":"Ada"}"#]);
+    ok(&d, &["kv", "put", "mine", "x"]);
+
+    // The README's own example, then the whole user range, then a key named like the store's.
+    ok(&d, &["kv", "delete-range", "a", "m"]);
+    ok(&d, &["kv", "delete-range", "", "\u{7f}"]);
+    ok(&d, &["kv", "put", "cas/meta", "x"]);
+    ok(&d, &["kv", "put", "docs/d/\u{1}", "y"]);
+    assert!(ok(&d, &["search", "zebra"]).contains("1 of 1 matching"));
+    assert_eq!(ok(&d, &["cat", a]), "hello zebra\n");
+    assert!(ok(&d, &["snapshots"]).starts_with("s1\t"));
+    assert!(ok(&d, &["table", "get", "people", "1"]).contains("Ada"));
+    let out = t.path().join("out");
+    ok(&d, &["checkout", "s1", out.to_str().unwrap()]);
+    assert_eq!(fs::read_to_string(out.join("f.txt")).unwrap(), "tree file");
+    let v: serde_json::Value = serde_json::from_str(&ok(&d, &["verify", "--json"])).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(v["chunks"].as_u64().unwrap() >= 2, "every chunk was checked: {v}");
+    // New writes still work: the store opened.
+    fs::write(t.path().join("b.txt"), "another zebra").unwrap();
+    ok(&d, &["add", t.path().join("b.txt").to_str().unwrap()]);
+    assert!(ok(&d, &["search", "zebra"]).contains("2 of 2 matching"));
+
+    // Keys print escaped on a terminal-less stdout too; `--json` gives text or base64.
+    assert_eq!(ok(&d, &["kv", "scan", "--keys-only"]), "cas/meta\ndocs/d/\\x01\n");
+    let scan: serde_json::Value = serde_json::from_str(&ok(&d, &["kv", "scan", "--json"])).unwrap();
+    assert_eq!(scan["rows"][1]["key"]["text"], "docs/d/\u{1}");
+    // The expert's escape hatch sees the physical rows, the user keys under `user/`.
+    let raw = ok(&d, &["kv", "scan", "--raw", "--keys-only", "--limit", "0"]);
+    assert!(raw.contains("user/cas/meta\n") && raw.contains("docs/p/"), "{raw}");
+}
+
+#[test]
+fn kv_get_writes_the_value_unchanged() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    let value: Vec<u8> = (0..=255u8).collect();
+    let (code, _, err) = common_stdin(&d, &["kv", "put", "bin", "-"], &value);
+    assert_eq!(code, Some(0), "{err}");
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_cairn")).arg("--dir").arg(&d).args(["kv", "get", "bin"]).output().unwrap();
+    assert_eq!(out.stdout, value, "piped: the bytes, no newline added");
+    let json: serde_json::Value = serde_json::from_str(&ok(&d, &["kv", "get", "bin", "--json"])).unwrap();
+    let b64 = json["value"]["base64"].as_str().unwrap();
+    assert_eq!(cairn::text::from_base64(b64, "v").unwrap(), value);
+}
+
+fn common_stdin(data: &Path, args: &[&str], input: &[u8]) -> (Option<i32>, String, String) {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+        .arg("--dir")
+        .arg(data)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn unknown_configuration_is_an_error_naming_the_file() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    ok(&d, &["kv", "put", "a", "b"]);
+    for bad in
+        ["[sever]\ntoken = \"0123456789abcdef\"\n", "[s3]\nbuckt = \"b\"\n", "tokn = 1\n", "[server]\nroots = 3\n"]
+    {
+        fs::write(d.join("cairn.toml"), bad).unwrap();
+        let (success, _, err) = cairn(&d, &["kv", "get", "a"]);
+        assert!(!success && err.contains("cairn.toml"), "{bad}: {err}");
+    }
+    fs::write(d.join("cairn.toml"), "[server]\ntoken = \"short\"\n").unwrap();
+    let (success, _, err) = cairn(&d, &["kv", "get", "a"]);
+    assert!(!success && err.contains("16 bytes"), "{err}");
+    fs::remove_file(d.join("cairn.toml")).unwrap();
+    assert_eq!(ok(&d, &["kv", "get", "a"]), "b");
+}
+
+#[test]
+fn read_commands_do_not_create_a_data_directory() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("nothing-here");
+    for args in [&["ls"][..], &["search", "x"], &["kv", "scan"], &["verify"], &["snapshots"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cairn")).arg("--dir").arg(&d).args(args).output().unwrap();
+        assert_eq!(out.status.code(), Some(3), "{args:?}: not found");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("no cairn data directory"));
+        assert!(!d.exists(), "{args:?} created {}", d.display());
+    }
+}
+
+#[test]
+fn names_stay_apart_from_files_and_never_escape() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    let notes = t.path().join("notes");
+    fs::create_dir_all(&notes).unwrap();
+    fs::write(notes.join("plan.md"), "the file's plan").unwrap();
+    let run_in = |args: &[&str], stdin: Option<&[u8]>| {
+        use std::io::Write;
+        use std::process::Stdio;
+        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
+            .current_dir(t.path())
+            .arg("--dir")
+            .arg(&d)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin.unwrap_or_default()).unwrap();
+        let out = child.wait_with_output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    run_in(&["add", "notes/plan.md"], None);
+    // A name equal to the file's relative path does not win over the file: both exist, and a
+    // bare argument naming both is refused as ambiguous.
+    let (code, _, err) = run_in(&["add", "-", "--name", "notes/plan.md"], Some(b"the agent's plan"));
+    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = run_in(&["cat", "notes/plan.md"], None);
+    assert!(code == Some(4) && err.contains("ambiguous"), "{code:?} {err}");
+    assert_eq!(run_in(&["cat", "./notes/plan.md"], None).1, "the file's plan");
+    assert_eq!(run_in(&["cat", "name:notes/plan.md"], None).1, "the agent's plan");
+    // Names that would escape the working tree are refused.
+    for bad in ["../../etc/evil", "/home/u/plan.md", "a/../b", "x\ny"] {
+        let (code, _, err) = run_in(&["add", "-", "--name", bad], Some(b"x"));
+        assert_eq!(code, Some(2), "{bad}: {err}");
+    }
+    // A named document restores under the working directory; a file document to its file.
+    fs::remove_file(notes.join("plan.md")).unwrap();
+    let (code, _, err) = run_in(&["restore", "name:notes/plan.md", "--to", "restored.md"], None);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(fs::read_to_string(t.path().join("restored.md")).unwrap(), "the agent's plan");
+    let (code, _, err) = run_in(&["restore", "./notes/plan.md"], None);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(fs::read_to_string(notes.join("plan.md")).unwrap(), "the file's plan");
 }

@@ -1,125 +1,28 @@
 //! End-to-end tests of `cairn serve`: the CLI through the daemon, raw frames, cancellation,
 //! slow and vanishing clients, TCP tokens, the serve lock, SIGTERM and kill -9.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use cairn_proto::frame::{self, HEADER_LEN};
 use cairn_proto::{ClientMsg, ErrorCode, PROTOCOL_VERSION, Request, ServerMsg};
 use cairn_server::client;
+use common::{Daemon, READ_TOKEN, TOKEN, bin, free_addr, http, http_h, normalize, run, socket};
 use serde_json::{Value, json};
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_cairn")
-}
-
-struct Daemon {
-    child: Child,
-    dir: PathBuf,
-}
-
-impl Daemon {
-    fn start(dir: &Path, extra: &[&str]) -> Daemon {
-        Daemon::start_env(dir, extra, &[])
-    }
-
-    fn start_env(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Daemon {
-        let mut cmd = Command::new(bin());
-        cmd.arg("--dir").arg(dir).arg("serve").args(extra).stdin(Stdio::null()).stdout(Stdio::null());
-        cmd.stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
-        let mut child = cmd.spawn().unwrap();
-        let sock = cairn_server::socket_path(dir);
-        let t = Instant::now();
-        while client::connect_unix(&sock, None).is_err() {
-            if let Some(status) = child.try_wait().unwrap() {
-                let mut err = String::new();
-                child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
-                panic!("daemon exited ({status}): {err}");
-            }
-            assert!(t.elapsed() < Duration::from_secs(30), "daemon did not come up");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Daemon { child, dir: dir.to_path_buf() }
-    }
-
-    fn client(&self) -> client::Client {
-        client::connect_unix(&cairn_server::socket_path(&self.dir), None).unwrap()
-    }
-
-    fn stop(mut self) -> String {
-        let pid = self.child.id().to_string();
-        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
-        let out = std::mem::replace(&mut self.child, Command::new("true").spawn().unwrap()).wait_with_output().unwrap();
-        assert!(out.status.success(), "daemon exit {:?}", out.status);
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    }
-
-    fn rss_kib(&self) -> u64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
-        let line = s.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-        line.split_whitespace().nth(1).unwrap().parse().unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn run(dir: &Path, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    let mut cmd = Command::new(bin());
-    cmd.arg("--dir").arg(dir).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    let mut child = cmd.spawn().unwrap();
-    if let Some(s) = stdin {
-        child.stdin.take().unwrap().write_all(s.as_bytes()).unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// Output with timings, dates and the data directory's own name masked.
-fn normalize(s: &str, dir: &Path) -> String {
-    let mut s = s.replace(&dir.display().to_string(), "<DIR>");
-    for unit in [" docs/s", " files/s"] {
-        let mut masked = String::new();
-        let mut rest = s.as_str();
-        while let Some(i) = rest.find(unit) {
-            let digits = rest[..i].trim_end_matches(|c: char| c.is_ascii_digit());
-            masked.push_str(digits);
-            masked.push('#');
-            masked.push_str(unit);
-            rest = &rest[i + unit.len()..];
-        }
-        masked.push_str(rest);
-        s = masked;
-    }
-    let mut out = String::new();
-    for word in s.split_inclusive([' ', '\t', '\n', '(', ')']) {
-        let core = word.trim_end_matches([' ', '\t', '\n', '(', ')']);
-        let tail = &word[core.len()..];
-        let timing = core.ends_with('s') && core[..core.len() - 1].trim_end_matches('m').parse::<f64>().is_ok();
-        let date = core.len() == 20 && core.as_bytes()[4] == b'-' && core.ends_with('Z');
-        if timing || date || core.parse::<f64>().is_ok_and(|_| tail.starts_with(' ') && word.contains('.')) {
-            out.push('#');
-            out.push_str(tail);
-        } else {
-            out.push_str(word);
-        }
-    }
-    out
+/// A named document added through a client.
+fn add_named(c: &mut client::Client, name: &str, content: &[u8]) -> cairn::Result<cairn::Response> {
+    let doc = cairn::docs::NamedContent {
+        name: name.into(),
+        content: None,
+        content_base64: Some(cairn::text::base64(content)),
+    };
+    let req = cairn::Request::Add(cairn::docs::AddRequest { docs: vec![doc], ..Default::default() });
+    c.execute(&req, None, None)
 }
 
 /// The same session of commands gives the same output embedded and through the daemon.
@@ -233,7 +136,7 @@ fn malformed_oversized_and_truncated_frames_never_take_the_daemon_down() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("data");
     let daemon = Daemon::start(&d, &[]);
-    let sock = cairn_server::socket_path(&d);
+    let sock = socket(&d);
     // Permissions: only the owner may connect.
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777, 0o600);
@@ -274,9 +177,14 @@ fn malformed_oversized_and_truncated_frames_never_take_the_daemon_down() {
     frame::encode(&mut bad, 5, cairn_proto::FLAG_END, &[0xff, 0xff, 0xff]);
     s.write_all(&bad).unwrap();
     s.write_all(&raw_frame(6, &ClientMsg::Request(Request::Ping))).unwrap();
+    // A well-framed call whose JSON is not a request of the application layer.
+    let call = Request::Call { request: br#"{"op":"nope"}"#.to_vec(), cwd: None, input: false };
+    s.write_all(&raw_frame(7, &ClientMsg::Request(call))).unwrap();
     s.shutdown(std::net::Shutdown::Write).unwrap();
     let msgs = read_all(&mut s);
     assert!(is_error(&msgs[1], ErrorCode::BadRequest), "{msgs:?}");
+    let bad_requests = msgs.iter().filter(|m| is_error(m, ErrorCode::BadRequest)).count();
+    assert_eq!(bad_requests, 2, "the malformed message and the unknown operation: {msgs:?}");
 
     // A frame cut in the middle, then the client leaves.
     for cut in [3, HEADER_LEN - 1, HEADER_LEN + 2] {
@@ -284,13 +192,10 @@ fn malformed_oversized_and_truncated_frames_never_take_the_daemon_down() {
         s.write_all(&hello()).unwrap();
         let f = raw_frame(
             1,
-            &ClientMsg::Request(Request::Search {
-                query: "x".into(),
-                limit: 1,
-                offset: 0,
-                words: false,
-                snippets: false,
-                filter: Default::default(),
+            &ClientMsg::Request(Request::Call {
+                request: br#"{"op":"search","query":"x"}"#.to_vec(),
+                cwd: None,
+                input: false,
             }),
         );
         s.write_all(&f[..cut]).unwrap();
@@ -378,21 +283,36 @@ fn tcp_needs_the_token() {
         l.local_addr().unwrap().port()
     };
     let addr = format!("127.0.0.1:{port}");
-    let daemon = Daemon::start_env(&d, &["--tcp", &addr], &[("CAIRN_TOKEN", "s3cret")]);
+    // Refuses a token shorter than 16 bytes.
+    let (code, _, err) = common::run_in(None, &d, &["serve", "--tcp", "127.0.0.1:0"], None);
+    assert_ne!(code, 0);
+    let mut cmd = Command::new(bin());
+    let out =
+        cmd.arg("--dir").arg(&d).args(["serve", "--tcp", "127.0.0.1:0"]).env("CAIRN_TOKEN", "s3cret").output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("at least 16 bytes"), "{err}");
+    let daemon = Daemon::start_env(&d, &["--tcp", &addr], &[("CAIRN_TOKEN", TOKEN)]);
     let url = format!("tcp://{addr}");
     let e = client::connect(&url, None).err().unwrap();
     assert!(format!("{e:#}").contains("Unauthorized"), "{e:#}");
-    let e = client::connect(&url, Some("s3creT")).err().unwrap();
+    let wrong = TOKEN.replace('0', "1");
+    let e = client::connect(&url, Some(&wrong)).err().unwrap();
     assert!(format!("{e:#}").contains("Unauthorized"), "{e:#}");
-    let mut c = client::connect(&url, Some("s3cret")).unwrap();
+    let mut c = client::connect(&url, Some(TOKEN)).unwrap();
     assert_eq!(c.call(Request::Ping).unwrap(), ServerMsg::Pong);
-    // The CLI through TCP.
+    // The CLI through TCP; the value comes back byte for byte.
     let mut cmd = Command::new(bin());
-    cmd.args(["--addr", &url, "kv", "put", "a", "b"]).env("CAIRN_TOKEN", "s3cret");
+    cmd.args(["--addr", &url, "kv", "put", "a", "b"]).env("CAIRN_TOKEN", TOKEN);
     assert!(cmd.status().unwrap().success());
     let mut cmd = Command::new(bin());
-    let out = cmd.args(["--addr", &url, "kv", "get", "a"]).env("CAIRN_TOKEN", "s3cret").output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "b\n");
+    let out = cmd.args(["--addr", &url, "kv", "get", "a"]).env("CAIRN_TOKEN", TOKEN).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "b");
+    // --dir and --addr together: an error, not one silently ignored.
+    let mut cmd = Command::new(bin());
+    let out =
+        cmd.arg("--dir").arg(&d).args(["--addr", &url, "kv", "get", "a"]).env("CAIRN_TOKEN", TOKEN).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not both"));
     daemon.stop();
 }
 
@@ -406,7 +326,7 @@ fn one_daemon_per_dir_sigterm_loses_nothing_and_kill_9_recovers() {
     assert!(err.contains("already serves"), "{err}");
 
     // Writers keep adding while SIGTERM arrives; every acknowledged add survives.
-    let sock = cairn_server::socket_path(&d);
+    let sock = socket(&d);
     let writers: Vec<_> = (0..4)
         .map(|w| {
             let sock = sock.clone();
@@ -415,14 +335,8 @@ fn one_daemon_per_dir_sigterm_loses_nothing_and_kill_9_recovers() {
                 let Ok(mut c) = client::connect_unix(&sock, None) else { return acked };
                 for i in 0.. {
                     let path = format!("w{w}/doc{i}");
-                    let req = Request::Add {
-                        path: path.clone(),
-                        content: format!("writer {w} document {i}").into_bytes(),
-                        tags: vec![],
-                        meta: vec![],
-                    };
-                    match c.call(req) {
-                        Ok(ServerMsg::Added { .. }) => acked.push(path),
+                    match add_named(&mut c, &path, format!("writer {w} document {i}").as_bytes()) {
+                        Ok(cairn::Response::Add(_)) => acked.push(path),
                         _ => break,
                     }
                 }
@@ -448,13 +362,8 @@ fn one_daemon_per_dir_sigterm_loses_nothing_and_kill_9_recovers() {
     // kill -9: the lock dies with the process; the stale socket is replaced.
     let mut daemon = Daemon::start(&d, &[]);
     let mut c = daemon.client();
-    let added = c.call(Request::Add {
-        path: "after".into(),
-        content: b"kill nine survivor".to_vec(),
-        tags: vec![],
-        meta: vec![],
-    });
-    assert!(matches!(added, Ok(ServerMsg::Added { .. })));
+    let added = add_named(&mut c, "after", b"kill nine survivor");
+    assert!(matches!(added, Ok(cairn::Response::Add(_))), "{added:?}");
     daemon.child.kill().unwrap();
     daemon.child.wait().unwrap();
     assert!(sock.exists());
@@ -468,87 +377,59 @@ fn one_daemon_per_dir_sigterm_loses_nothing_and_kill_9_recovers() {
     daemon.stop();
 }
 
-fn http(addr: &str, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> (u16, String) {
-    http_h(addr, method, path, token, body, &[])
-}
-
-fn http_h(
-    addr: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    body: Option<&str>,
-    headers: &[&str],
-) -> (u16, String) {
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    for h in headers {
-        req += &format!("{h}\r\n");
-    }
-    if let Some(t) = token {
-        req += &format!("Authorization: Bearer {t}\r\n");
-    }
-    if let Some(b) = body {
-        req += &format!("Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{b}", b.len());
-    } else {
-        req += "Content-Length: 0\r\n\r\n";
-    }
-    s.write_all(req.as_bytes()).unwrap();
-    let mut resp = String::new();
-    s.read_to_string(&mut resp).unwrap();
-    let status = resp[9..12].parse().unwrap();
-    let body = resp.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    // Bodies are small: undo chunked encoding if used.
-    let body = if resp.to_ascii_lowercase().contains("transfer-encoding: chunked") {
-        let mut out = String::new();
-        let mut rest = body.as_str();
-        while let Some((len, after)) = rest.split_once("\r\n") {
-            let n = usize::from_str_radix(len.trim(), 16).unwrap_or(0);
-            if n == 0 {
-                break;
-            }
-            out += &after[..n];
-            rest = &after[n + 2..];
-        }
-        out
-    } else {
-        body
-    };
-    (status, body)
+/// An error answer is the one error JSON, with this kind.
+fn error_kind(body: &str) -> String {
+    let v: Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("not the error JSON ({e}): {body}"));
+    v["error"]["kind"].as_str().unwrap_or_else(|| panic!("no error kind: {body}")).to_string()
 }
 
 #[test]
 fn http_rest_with_bearer_token() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("data");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let daemon = Daemon::start_env(&d, &["--http", &addr], &[("CAIRN_TOKEN", "tok-123")]);
-    let tok = Some("tok-123");
+    let addr = free_addr();
+    let root = t.path().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    let daemon = Daemon::start_env(
+        &d,
+        &["--http", &addr, "--root", root.to_str().unwrap()],
+        &[("CAIRN_TOKEN", TOKEN), ("CAIRN_READ_ONLY_TOKEN", READ_TOKEN)],
+    );
+    let tok = Some(TOKEN);
 
-    let add = r##"{"path":"notes/a.md","content":"# Alpha\nThe group commit protocol batches fsync calls.","tags":["x"],"meta":{"k":"v"}}"##;
+    let add = r##"{"docs":[{"name":"notes/a.md","content":"# Alpha\nThe group commit protocol batches fsync calls."}],"tags":["x"],"meta":{"k":"v"}}"##;
     // Refused without the token, with a wrong one, and with another scheme: 401, never data.
-    for bad in [None, Some("tok-124"), Some("")] {
+    let wrong = TOKEN.replace('0', "1");
+    for bad in [None, Some(wrong.as_str()), Some("")] {
         let (code, body) = http(&addr, "POST", "/v1/docs", bad, Some(add));
         assert_eq!(code, 401, "{body}");
+        assert_eq!(error_kind(&body), "unauthorized");
         assert!(!body.contains("Alpha"));
     }
-    let (code, _) = http(&addr, "GET", "/v1/docs", None, None);
-    assert_eq!(code, 401);
     let (code, body) = http(&addr, "GET", "/v1/docs", None, None);
     assert!(code == 401 && !body.contains("notes"), "nothing was added by refused requests");
+    // The read-only token reads but cannot write.
+    let (code, body) = http(&addr, "POST", "/v1/docs", Some(READ_TOKEN), Some(add));
+    assert!(code == 403 && error_kind(&body) == "forbidden", "{code} {body}");
 
     let (code, body) = http(&addr, "POST", "/v1/docs", tok, Some(add));
     assert_eq!(code, 201, "{body}");
     let (code, body) = http(&addr, "POST", "/v1/docs", tok, Some(add));
     assert!(code == 200 && body.contains("\"unchanged\""), "{body}");
-    let (code, body) = http(&addr, "GET", "/v1/search?q=group%20commit&limit=5", tok, None);
+    // Names may not escape: `..` and absolute names are refused.
+    for bad in ["../../etc/evil", "/home/u/plan.md", "a/./b", "a\u{1b}b"] {
+        let body = json!({ "docs": [{ "name": bad, "content": "x" }] }).to_string();
+        let (code, resp) = http(&addr, "POST", "/v1/docs", tok, Some(&body));
+        assert!(code == 400 && error_kind(&resp) == "bad_request", "{bad}: {code} {resp}");
+    }
+    let (code, body) = http(&addr, "GET", "/v1/search?q=group%20commit&limit=5", Some(READ_TOKEN), None);
     assert_eq!(code, 200);
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let v: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(v["total"], 1);
     assert_eq!(v["hits"][0]["path"], "notes/a.md");
+    assert_eq!(v["hits"][0]["rank"], 1);
     assert!(v["hits"][0]["snippet"]["text"].as_str().unwrap().contains("group commit"));
-    let (code, body) = http(&addr, "GET", "/v1/doc/content?path=notes/a.md", tok, None);
+    let (code, body) = http(&addr, "GET", "/v1/doc/content?doc=notes/a.md", tok, None);
     assert_eq!((code, body.as_str()), (200, "# Alpha\nThe group commit protocol batches fsync calls."));
     // A large document streams out whole (in 64 KiB pieces), a missing one is a 404.
     let mut big = String::new();
@@ -561,70 +442,111 @@ fn http_rest_with_bearer_token() {
     }
     let (code, _, err) = run(&d, &["--remote", "add", "-", "--name", "big.txt"], Some(&big));
     assert_eq!(code, 0, "{err}");
-    let (code, body) = http(&addr, "GET", "/v1/doc/content?path=big.txt", tok, None);
+    let (code, body) = http(&addr, "GET", "/v1/doc/content?doc=big.txt", tok, None);
     assert_eq!(code, 200);
     assert!(body == big, "content of {} bytes came back as {} bytes", big.len(), body.len());
-    let (code, _) = http(&addr, "GET", "/v1/doc/content?path=nope", tok, None);
-    assert_eq!(code, 404);
+    let (code, body) = http(&addr, "GET", "/v1/doc/content?doc=nope", tok, None);
+    assert!(code == 404 && error_kind(&body) == "not_found", "{body}");
     let (code, body) = http(&addr, "GET", "/v1/docs?tag=x&meta=k=v", tok, None);
     assert!(code == 200 && body.contains("notes/a.md"), "{body}");
-    let (code, _) = http(&addr, "POST", "/v1/tags", tok, Some(r#"{"paths":["notes/a.md"],"add":["y"]}"#));
+    let (code, _) = http(&addr, "POST", "/v1/tags", tok, Some(r#"{"docs":["notes/a.md"],"add":["y"]}"#));
     assert_eq!(code, 200);
-    let (code, _) =
-        http(&addr, "POST", "/v1/meta", tok, Some(r#"{"updates":[{"path":"notes/a.md","set":{"z":"1"}}]}"#));
+    let (code, _) = http(&addr, "POST", "/v1/meta", tok, Some(r#"{"docs":["notes/a.md"],"set":{"z":"1"}}"#));
     assert_eq!(code, 200);
-    let (_, body) = http(&addr, "GET", "/v1/doc?path=notes/a.md", tok, None);
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(v["doc"]["tags"], serde_json::json!(["x", "y"]));
+    let (_, body) = http(&addr, "GET", "/v1/doc?doc=notes/a.md", tok, None);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["doc"]["tags"], json!(["x", "y"]));
     assert_eq!(v["doc"]["meta"]["z"], "1");
     let (code, body) = http(&addr, "GET", "/v1/grep?pattern=FSYNC&i=true", tok, None);
     assert!(code == 200 && body.contains("\"line\":2"), "{body}");
-    let (code, body) = http(&addr, "GET", "/v1/doc?path=missing", tok, None);
+    let (code, body) = http(&addr, "GET", "/v1/doc?doc=missing", tok, None);
     assert!(code == 404 && body.contains("no document"), "{body}");
     let (code, _) = http(&addr, "GET", "/v1/search?q=%22unclosed", tok, None);
     assert_eq!(code, 200, "lenient query syntax");
-    let (code, _) = http(&addr, "POST", "/v1/docs", tok, Some("{not json"));
-    assert!((400..500).contains(&code));
 
-    // Key-value and snapshots.
-    let (code, _) = http(&addr, "PUT", "/v1/kv/color", tok, Some("blue"));
-    assert_eq!(code, 204);
+    // Every error is the error JSON, axum's own rejections included.
+    let (code, body) = http(&addr, "POST", "/v1/docs", tok, Some("{not json"));
+    assert!(code == 400 && error_kind(&body) == "bad_request", "{code} {body}");
+    let (code, body) = http_h(&addr, "POST", "/v1/docs", tok, Some("x"), &["Content-Type: text/plain"]);
+    assert!(code == 415 && error_kind(&body) == "bad_request", "{code} {body}");
+    let (code, body) = http(&addr, "POST", "/v1/docs", tok, Some(r#"{"docs":5}"#));
+    assert!(code == 422 && error_kind(&body) == "bad_request", "{code} {body}");
+    let (code, body) = http(&addr, "GET", "/v1/nowhere", tok, None);
+    assert!(code == 404 && error_kind(&body) == "not_found", "{code} {body}");
+    let (code, body) = http(&addr, "PATCH", "/v1/docs", tok, None);
+    assert!(code == 405 && error_kind(&body) == "bad_request", "{code} {body}");
+    let (code, body) = http(&addr, "GET", "/v1/search?q=x&lmit=3", tok, None);
+    assert!(code == 400 && body.contains("lmit"), "unknown parameters are errors: {code} {body}");
+    let huge = "x".repeat((64 << 20) + 16);
+    let (code, body) =
+        http_h(&addr, "PUT", "/v1/kv/huge", tok, Some(&huge), &["Content-Type: application/octet-stream"]);
+    assert!(code == 413 && error_kind(&body) == "bad_request", "{code} {body}");
+
+    // Key-value in the user keyspace, JSON both ways.
+    let (code, body) = http(&addr, "PUT", "/v1/kv/color", tok, Some("blue"));
+    assert_eq!(code, 200, "{body}");
     let (code, body) = http(&addr, "GET", "/v1/kv/color", tok, None);
-    assert_eq!((code, body.as_str()), (200, "blue"));
-    let (code, _) = http(&addr, "GET", "/v1/kv/none", tok, None);
-    assert_eq!(code, 404);
-    let src = t.path().join("tree");
+    assert_eq!(code, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&body).unwrap(),
+        json!({ "key": { "text": "color" }, "value": { "text": "blue" } })
+    );
+    let (code, body) = http(&addr, "GET", "/v1/kv/none", tok, None);
+    assert!(code == 404 && error_kind(&body) == "not_found", "{body}");
+    // The blob store's rows are not reachable: `cas/meta` here is a user key.
+    let (code, _) = http(&addr, "PUT", "/v1/kv/cas%2Fmeta", tok, Some("x"));
+    assert_eq!(code, 200);
+    let (code, body) = http(&addr, "GET", "/v1/doc/content?doc=notes/a.md", tok, None);
+    assert!(code == 200 && body.contains("Alpha"), "the store still opens and reads: {body}");
+
+    // Snapshots: inside the roots only.
+    let src = root.join("tree");
     std::fs::create_dir_all(&src).unwrap();
     std::fs::write(src.join("f"), "x").unwrap();
-    let body = format!(r#"{{"dir":"{}","name":"s1"}}"#, src.display());
+    let body = json!({ "source": src, "name": "s1" }).to_string();
     let (code, resp) = http(&addr, "POST", "/v1/snapshots", tok, Some(&body));
     assert_eq!(code, 201, "{resp}");
     let (code, resp) = http(&addr, "GET", "/v1/snapshots", tok, None);
     assert!(code == 200 && resp.contains("\"s1\""), "{resp}");
+    for outside in ["/etc", t.path().to_str().unwrap()] {
+        let body = json!({ "source": outside, "name": "leak" }).to_string();
+        let (code, resp) = http(&addr, "POST", "/v1/snapshots", tok, Some(&body));
+        assert!(code == 403 && error_kind(&resp) == "forbidden", "{outside}: {code} {resp}");
+    }
+    let out = t.path().join("outside-checkout");
+    let body = json!({ "dest": out }).to_string();
+    let (code, resp) = http(&addr, "POST", "/v1/snapshots/s1/checkout", tok, Some(&body));
+    assert!(code == 403 && !out.exists(), "{code} {resp}");
+    let inside = root.join("checkout");
+    let body = json!({ "dest": inside }).to_string();
+    let (code, resp) = http(&addr, "POST", "/v1/snapshots/s1/checkout", tok, Some(&body));
+    assert_eq!(code, 201, "{resp}");
+    assert_eq!(std::fs::read_to_string(inside.join("f")).unwrap(), "x");
 
     // The OpenAPI description names every route.
     let (code, body) = http(&addr, "GET", "/openapi.json", tok, None);
     assert_eq!(code, 200);
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    for p in ["/v1/docs", "/v1/search", "/v1/grep", "/v1/snapshots", "/v1/kv/{key}", "/v1/tables"] {
+    let v: Value = serde_json::from_str(&body).unwrap();
+    for p in ["/v1/docs", "/v1/search", "/v1/grep", "/v1/snapshots", "/v1/kv/{key}", "/v1/tables", "/v1/verify"] {
         assert!(v["paths"][p].is_object(), "{p} missing");
     }
+    assert!(v["components"]["schemas"]["Error"].is_object());
     daemon.stop();
 }
 
 #[test]
-fn get_streams_content_in_chunks() {
+fn content_streams_in_chunks() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("data");
     let daemon = Daemon::start(&d, &[]);
     let mut c = daemon.client();
     for (path, len) in [("empty", 0usize), ("one-chunk", 64 << 10), ("more", (150 << 10) + 7)] {
         let content: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
-        let added = c.call(Request::Add { path: path.into(), content: content.clone(), tags: vec![], meta: vec![] });
-        assert!(matches!(added, Ok(ServerMsg::Added { .. })), "{added:?}");
+        let added = add_named(&mut c, path, &content);
+        assert!(matches!(added, Ok(cairn::Response::Add(_))), "{added:?}");
         let mut got = Vec::new();
         let mut frames = 0;
-        c.call_stream(Request::Get { path: path.into(), version: None }, |m| {
+        c.call_stream(Request::Content { doc: path.into(), version: None, cwd: None }, |m| {
             let ServerMsg::Data(b) = m else { panic!("{m:?}") };
             assert!(b.len() <= 64 << 10);
             got.extend(b);
@@ -635,7 +557,7 @@ fn get_streams_content_in_chunks() {
         assert_eq!(got, content, "{path}");
         assert_eq!(frames, len / (64 << 10) + 1, "{path}: whole chunks, then a short (maybe empty) END chunk");
     }
-    let missing = c.call_stream(Request::Get { path: "nope".into(), version: None }, |_| Ok(()));
+    let missing = c.call_stream(Request::Content { doc: "nope".into(), version: None, cwd: None }, |_| Ok(()));
     assert!(format!("{:#}", missing.unwrap_err()).contains("NotFound"));
     daemon.stop();
 }
@@ -671,7 +593,7 @@ fn tables_embedded_and_through_the_daemon_print_the_same() {
     assert_eq!(want[3].1, "{\"name\":\"Grace\"}\n{\"name\":\"Alan\"}\n");
     assert_eq!(want[4].1, "{\"age\":41,\"city\":\"Wilmslow\",\"id\":2,\"name\":\"Alan\"}\n");
     assert_eq!(want[6].1, "{\"data\":{\"age\":42,\"city\":\"Wilmslow\",\"id\":2,\"name\":\"Alan\"},\"version\":2}\n");
-    assert_eq!(want[7].0, 1, "put --if-absent on a taken key fails");
+    assert_eq!(want[7].0, 4, "put --if-absent on a taken key fails (a conflict)");
     assert!(want[7].2.contains("exists"), "{}", want[7].2);
     assert!(want[8].0 != 0 && want[8].2.contains("byte 3"), "{}", want[8].2);
     assert_eq!(want[10].1, "by_age\tage\trange\tready\n");
@@ -691,10 +613,9 @@ fn tables_embedded_and_through_the_daemon_print_the_same() {
 fn tables_over_rest() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("data");
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr = format!("127.0.0.1:{port}");
-    let daemon = Daemon::start_env(&d, &["--http", &addr], &[("CAIRN_TOKEN", "tk")]);
-    let tok = Some("tk");
+    let addr = free_addr();
+    let daemon = Daemon::start_env(&d, &["--http", &addr], &[("CAIRN_TOKEN", TOKEN)]);
+    let tok = Some(TOKEN);
     let h = |m: &str, p: &str, b: Option<&str>| http(&addr, m, p, tok, b);
 
     assert_eq!(http(&addr, "GET", "/v1/tables", None, None).0, 401);
@@ -739,11 +660,13 @@ fn tables_over_rest() {
         http_h(&addr, "PUT", "/v1/tables/people/1", tok, Some(r#"{"name":"Alan T"}"#), &["If-None-Match: *"]);
     assert_eq!(code, 412, "put-if-absent on a taken key");
     let (code, b) = h("PUT", "/v1/tables/people/10", Some(r#"{"name":"New"}"#));
-    assert!(code == 201 && b.contains("\"id\":10"), "{b}");
+    assert!(code == 201 && b.contains("\"versions\":[1]"), "{b}");
+    let (code, b) = h("GET", "/v1/tables/people/10", None);
+    assert!(code == 200 && b.contains("\"id\":10"), "the key from the URL is the record's: {b}");
     let (code, _) = h("PUT", "/v1/tables/people/10", Some(r#"{"id":11,"name":"New"}"#));
     assert_eq!(code, 400);
     assert_eq!(http_h(&addr, "DELETE", "/v1/tables/people/10", tok, None, &["If-Match: \"2\""]).0, 412);
-    assert_eq!(h("DELETE", "/v1/tables/people/10", None).0, 204);
+    assert_eq!(h("DELETE", "/v1/tables/people/10", None).0, 200);
     assert_eq!(h("GET", "/v1/tables/people/10", None).0, 404);
 
     // A batch is one transaction: every write lands, or (a stale version) none does.
@@ -777,9 +700,9 @@ fn tables_over_rest() {
     assert_eq!(code, 422, "{b}");
     let (code, b) = h("GET", "/v1/tables/people/_indexes", None);
     assert!(code == 200 && b.contains("\"ready\":true"), "{b}");
-    assert_eq!(h("DELETE", "/v1/tables/people/_indexes/by_age", None).0, 204);
+    assert_eq!(h("DELETE", "/v1/tables/people/_indexes/by_age", None).0, 200);
     assert_eq!(h("GET", "/v1/tables/nope?a==1", None).0, 404);
-    assert_eq!(h("DELETE", "/v1/tables/people", None).0, 204);
+    assert_eq!(h("DELETE", "/v1/tables/people", None).0, 200);
     assert_eq!(h("GET", "/v1/tables/people/1", None).0, 404);
     daemon.stop();
 }

@@ -6,7 +6,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
+/// Sends each line and, unless it is a notification, waits for its one answer before the
+/// next (the server may answer pipelined requests in any order).
 fn session(data: &Path, lines: &[Value], raw: &[&str]) -> Vec<Value> {
+    use std::io::{BufRead, BufReader};
     let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
         .arg("--dir")
         .arg(data)
@@ -15,17 +18,30 @@ fn session(data: &Path, lines: &[Value], raw: &[&str]) -> Vec<Value> {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut input = String::new();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut replies = Vec::new();
+    let mut exchange = |text: String, answered: bool| {
+        writeln!(stdin, "{text}").unwrap();
+        stdin.flush().unwrap();
+        if answered {
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            replies.push(serde_json::from_str::<Value>(&line).unwrap_or_else(|e| panic!("{e}: {line:?}")));
+        }
+    };
     for l in lines {
-        input += &format!("{l}\n");
+        exchange(l.to_string(), l.get("id").is_some());
     }
     for r in raw {
-        input += &format!("{r}\n");
+        exchange(r.to_string(), true);
     }
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success());
-    String::from_utf8(out.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    drop(stdin);
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    assert_eq!(rest, "", "nothing more after the last answer");
+    assert!(child.wait().unwrap().success());
+    replies
 }
 
 fn call(id: u64, name: &str, args: Value) -> Value {
@@ -42,33 +58,52 @@ fn json_rpc_by_hand() {
             json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": { "protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": { "name": "t", "version": "0" } } }),
             json!({ "jsonrpc": "2.0", "method": "notifications/initialized" }),
             json!({ "jsonrpc": "2.0", "id": 2, "method": "tools/list" }),
-            call(3, "add", json!({ "path": "a.txt", "content": "snake_case_words and camelCaseWords" })),
+            call(3, "add", json!({ "name": "a.txt", "content": "snake_case_words and camelCaseWords" })),
             call(4, "search", json!({ "query": "camel" })),
-            call(5, "add", json!({ "path": 7 })),
+            call(5, "add", json!({ "name": 7 })),
             call(6, "nope", json!({})),
             json!({ "jsonrpc": "2.0", "id": 7, "method": "resources/list" }),
             json!({ "jsonrpc": "2.0", "id": 8, "method": "ping" }),
+            call(9, "add", json!({ "name": "../escape", "content": "x" })),
+            call(10, "grep", json!({ "pattern": "camel", "ignore_case": true })),
+            call(11, "get", json!({ "doc": "a.txt", "max_bytes": 5 })),
         ],
-        &["{broken json"],
+        &["{broken json", r#"[{"jsonrpc":"2.0","id":20,"method":"ping"}]"#, r#"{"id":21,"hello":1}"#],
     );
-    assert_eq!(replies.len(), 9, "{replies:#?}");
-    assert_eq!(replies[0]["result"]["protocolVersion"], "2024-11-05");
+    let by_id =
+        |id: i64| replies.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("no reply {id}: {replies:#?}"));
+    assert_eq!(replies.len(), 14, "every request answered, notifications not: {replies:#?}");
+    assert_eq!(by_id(1)["result"]["protocolVersion"], "2024-11-05");
     let names: Vec<&str> =
-        replies[1]["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["add", "search", "grep", "get", "ls", "tag"]);
-    for tool in replies[1]["result"]["tools"].as_array().unwrap() {
+        by_id(2)["result"]["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["add", "search", "grep", "get", "ls", "tag", "versions", "meta", "snapshot", "diff", "table_query"]
+    );
+    for tool in by_id(2)["result"]["tools"].as_array().unwrap() {
         assert_eq!(tool["inputSchema"]["type"], "object");
     }
-    assert_eq!(replies[2]["result"]["isError"], false);
-    let hit: Value =
-        serde_json::from_str(replies[3]["result"]["content"][0]["text"].as_str().unwrap().lines().next().unwrap())
-            .unwrap();
-    assert_eq!(hit["path"], "a.txt", "camelCase split: `camel` finds camelCaseWords");
-    assert_eq!(replies[4]["result"]["isError"], true);
-    assert_eq!(replies[5]["error"]["code"], -32602);
-    assert_eq!(replies[6]["error"]["code"], -32601);
-    assert_eq!(replies[7]["result"], json!({}));
-    assert_eq!(replies[8]["error"]["code"], -32700);
+    assert_eq!(by_id(3)["result"]["isError"], false);
+    let found: Value = serde_json::from_str(by_id(4)["result"]["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(found["hits"][0]["path"], "a.txt", "camelCase split: `camel` finds camelCaseWords");
+    assert_eq!(by_id(4)["result"]["structuredContent"], found);
+    assert_eq!(by_id(5)["result"]["isError"], true);
+    assert_eq!(by_id(6)["error"]["code"], -32602);
+    assert_eq!(by_id(7)["error"]["code"], -32601, "no resources: method not found");
+    assert_eq!(by_id(8)["result"], json!({}));
+    let escaped = &by_id(9)["result"];
+    assert_eq!(escaped["isError"], true);
+    assert_eq!(escaped["structuredContent"]["error"]["kind"], "bad_request");
+    let grep = &by_id(10)["result"]["structuredContent"];
+    assert_eq!(grep["files"][0]["path"], "a.txt");
+    assert_eq!(grep["truncated"], false);
+    let get = &by_id(11)["result"]["structuredContent"];
+    assert_eq!((get["content"]["text"].clone(), get["truncated"].clone()), (json!("snake"), json!(true)));
+    // Answered here, never silently dropped: a parse error, a batch, a non-message.
+    let nulls: Vec<&Value> = replies.iter().filter(|r| r["id"].is_null()).collect();
+    let codes: Vec<i64> = nulls.iter().map(|r| r["error"]["code"].as_i64().unwrap()).collect();
+    assert_eq!(codes, [-32700, -32600], "{replies:#?}");
+    assert_eq!(by_id(21)["error"]["code"], -32600);
 }
 
 /// The official MCP Python SDK as the client (installed from PyPI into a venv under the
@@ -96,7 +131,7 @@ fn official_python_sdk_client() {
                 .stderr(Stdio::null())
                 .spawn()
                 .unwrap();
-            let sock = data.join("cairn.sock");
+            let sock = cairn::Layout::new(&data).socket();
             for _ in 0..1500 {
                 if std::os::unix::net::UnixStream::connect(&sock).is_ok() {
                     break;
@@ -105,7 +140,30 @@ fn official_python_sdk_client() {
             }
             child
         });
-        let out = Command::new(&python).arg(&script).arg(env!("CARGO_BIN_EXE_cairn")).arg(&data).output().unwrap();
+        let tree = t.path().join("tree");
+        std::fs::create_dir_all(&tree).unwrap();
+        std::fs::write(tree.join("first.txt"), "first file\n").unwrap();
+        // A table for table_query (through the daemon when one runs).
+        let cli = |args: &[&str], stdin: Option<&str>| {
+            use std::io::Write;
+            let mut c = Command::new(env!("CARGO_BIN_EXE_cairn"))
+                .arg("--dir")
+                .arg(&data)
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .unwrap();
+            c.stdin.take().unwrap().write_all(stdin.unwrap_or("").as_bytes()).unwrap();
+            assert!(c.wait().unwrap().success(), "{args:?}");
+        };
+        cli(&["table", "create", "people"], None);
+        cli(
+            &["table", "put", "people"],
+            Some("{\"id\":1,\"name\":\"Ada\",\"age\":36}\n{\"id\":2,\"name\":\"Alan\",\"age\":41}\n"),
+        );
+        let out =
+            Command::new(&python).arg(&script).arg(env!("CARGO_BIN_EXE_cairn")).arg(&data).arg(&tree).output().unwrap();
         let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
         assert!(out.status.success() && stdout.trim() == "OK", "daemon={daemon}: {stdout}\n{stderr}");
         if let Some(mut child) = server {

@@ -39,7 +39,7 @@ fn data_dir(root: &Path, minio: &Minio, prefix: &str, extra: &str) -> PathBuf {
     let d = root.join("data");
     fs::create_dir_all(&d).unwrap();
     let toml = format!(
-        "token = \"unused\"\n\n[s3]\nbucket = \"{BUCKET}\"\nendpoint = \"{}\"\nprefix = \"{prefix}\"\ntimeout_secs = 5\n{extra}\n\
+        "token = \"unused-token-0123456789\"\n\n[s3]\nbucket = \"{BUCKET}\"\nendpoint = \"{}\"\nprefix = \"{prefix}\"\ntimeout_secs = 5\n{extra}\n\
          [packs]\ntarget_mb = 1\ncache_mb = 2\n",
         minio.endpoint()
     );

@@ -10,6 +10,4 @@ pub mod frame;
 pub mod message;
 
 pub use frame::{DEFAULT_MAX_PAYLOAD, FLAG_END, Frame, FrameError, HEADER_LEN};
-pub use message::{
-    ClientMsg, DecodeError, DocInfo, ErrorCode, Filter, PROTOCOL_VERSION, Request, ServerMsg, negotiate,
-};
+pub use message::{ClientMsg, DecodeError, ErrorCode, PROTOCOL_VERSION, Request, ServerMsg, negotiate};

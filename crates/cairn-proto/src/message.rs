@@ -3,8 +3,9 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-/// Message protocol version this build speaks.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Message protocol version this build speaks. Version 2 carries the application layer's
+/// requests and results as JSON (`Request::Call`) instead of command lines and typed messages.
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// What a client sends.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -22,27 +23,11 @@ pub enum ClientMsg {
     },
     /// Starts a request on a new stream id.
     Request(Request),
-    /// Input for the stream's request (`cairn add -` over the daemon); the END flag marks the
-    /// last chunk.
+    /// Input for the stream's request (its standard input); the END flag marks the last chunk.
     Input(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Stop the stream's request; the server answers with an `Error { code: Cancelled }` end
     /// frame unless the request already ended.
     Cancel,
-}
-
-/// Which documents a typed request looks at (empty fields do not filter).
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Filter {
-    /// Required tags.
-    pub tags: Vec<String>,
-    /// Required key=value pairs.
-    pub meta: Vec<(String, String)>,
-    /// Path glob.
-    pub path_glob: Option<String>,
-    /// Updated at or after (microseconds since the epoch).
-    pub since: Option<i64>,
-    /// Updated before (microseconds since the epoch).
-    pub until: Option<i64>,
 }
 
 /// A request.
@@ -58,90 +43,38 @@ pub enum Request {
         /// Bytes per frame.
         chunk_len: u32,
     },
-    /// Runs a `cairn` command line (everything after the global options) in the daemon;
-    /// answered by `Stdout`/`Stderr` frames and a final `Exit`.
-    Cli {
-        /// The arguments.
-        args: Vec<String>,
-        /// The client's working directory (relative paths are resolved against it).
-        cwd: String,
-        /// The command reads `Input` frames as its standard input.
-        input: bool,
-        /// The client's standard output is a terminal (colors).
-        tty: bool,
-    },
-    /// Adds (or makes a new version of) one document; answered by `Added`.
-    Add {
-        /// Document path.
-        path: String,
-        /// Content.
+    /// Runs one operation of the application layer: `request` is its JSON (an object with an
+    /// `op` tag, see the `cairn` crate's `Request`). Answered by `Data` frames whose bytes,
+    /// concatenated, are the result's JSON (the last frame flagged END), or an `Error`.
+    Call {
+        /// The request's JSON.
         #[serde(with = "serde_bytes")]
-        content: Vec<u8>,
-        /// Tags to add.
-        tags: Vec<String>,
-        /// Metadata to set.
-        meta: Vec<(String, String)>,
+        request: Vec<u8>,
+        /// The client's working directory: relative paths and document references in the
+        /// request are resolved against it.
+        cwd: Option<String>,
+        /// The request reads `Input` frames as its standard input.
+        input: bool,
     },
-    /// Full-text search; answered by `Hit` frames then `Done { total }`.
-    Search {
-        /// Query text.
-        query: String,
-        /// Most hits.
-        limit: u32,
-        /// Hits skipped first.
-        offset: u32,
-        /// Bag-of-words instead of the query syntax.
-        words: bool,
-        /// Cut snippets.
-        snippets: bool,
-        /// Which documents.
-        filter: Filter,
-    },
-    /// Documents matching a filter; answered by `Doc` frames then `Done`.
-    Ls {
-        /// Which documents.
-        filter: Filter,
-    },
-    /// A document's content; answered by `Data` frames (the last flagged END).
-    Get {
-        /// Document path.
-        path: String,
+    /// A document's content, streamed: answered by `Data` frames (the last flagged END).
+    Content {
+        /// The document (`name:NAME`, an absolute path, or relative to `cwd`).
+        doc: String,
         /// Version (default: current).
         version: Option<u32>,
+        /// The client's working directory.
+        cwd: Option<String>,
     },
 }
 
-/// A document's state.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct DocInfo {
-    /// Id.
-    pub id: u64,
-    /// Path.
-    pub path: String,
-    /// Current version.
-    pub version: u32,
-    /// Content size.
-    pub size: u64,
-    /// MIME type.
-    pub mime: String,
-    /// Title, if any.
-    pub title: Option<String>,
-    /// Last change (microseconds since the epoch).
-    pub updated: i64,
-    /// Tags.
-    pub tags: Vec<String>,
-    /// Metadata.
-    pub meta: Vec<(String, String)>,
-}
-
-/// Error classes.
+/// Error classes (the application layer's error kinds, and the protocol's own).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ErrorCode {
     /// The request is malformed or its arguments are invalid.
     BadRequest,
     /// Missing or wrong token.
     Unauthorized,
-    /// The named document, snapshot or key does not exist.
+    /// The named document, snapshot, table, record or key does not exist.
     NotFound,
     /// No common protocol version.
     Version,
@@ -151,6 +84,14 @@ pub enum ErrorCode {
     ShuttingDown,
     /// The operation failed inside the server.
     Internal,
+    /// The request conflicts with the current state.
+    Conflict,
+    /// A condition of the request (an expected version) does not hold.
+    PreconditionFailed,
+    /// Not allowed for this client (outside the daemon's roots, a read-only token).
+    Forbidden,
+    /// Stored data is damaged.
+    Corrupt,
 }
 
 /// What the server sends.
@@ -167,39 +108,8 @@ pub enum ServerMsg {
     },
     /// Answer to `Ping`.
     Pong,
-    /// Bytes (`Echo`, `Get`).
+    /// Bytes (`Echo`, `Content`, and the result JSON of `Call`).
     Data(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// Standard output of a `Cli` request.
-    Stdout(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// Standard error of a `Cli` request.
-    Stderr(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// The exit status of a `Cli` request (last frame).
-    Exit(u8),
-    /// Answer to `Add`.
-    Added {
-        /// The document now.
-        doc: DocInfo,
-        /// "added", "new-version" or "unchanged".
-        status: String,
-    },
-    /// One search hit.
-    Hit {
-        /// BM25 score.
-        score: f32,
-        /// The document.
-        doc: DocInfo,
-        /// Snippet text.
-        snippet: Option<String>,
-        /// Byte ranges of the snippet that matched.
-        highlights: Vec<(u32, u32)>,
-    },
-    /// One listed document.
-    Doc(DocInfo),
-    /// End of a stream of `Hit` or `Doc` frames.
-    Done {
-        /// Matching documents in all (for search, before the limit).
-        total: u64,
-    },
     /// The request failed (last frame of its stream).
     Error {
         /// Class.
@@ -277,33 +187,16 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn doc() -> DocInfo {
-        DocInfo {
-            id: 3,
-            path: "/a/b.md".into(),
-            version: 2,
-            size: 10,
-            mime: "text/markdown".into(),
-            title: Some("B".into()),
-            updated: 1_700_000_000_000_000,
-            tags: vec!["x".into()],
-            meta: vec![("k".into(), "v".into())],
-        }
-    }
-
     #[test]
     fn messages_round_trip() {
         let client = [
             ClientMsg::Hello { min_version: 1, max_version: 3, client: "t".into(), token: Some("s".into()) },
-            ClientMsg::Request(Request::Cli { args: vec!["ls".into()], cwd: "/".into(), input: false, tty: true }),
-            ClientMsg::Request(Request::Search {
-                query: "q".into(),
-                limit: 10,
-                offset: 0,
-                words: false,
-                snippets: true,
-                filter: Filter { tags: vec!["t".into()], since: Some(-5), ..Filter::default() },
+            ClientMsg::Request(Request::Call {
+                request: br#"{"op":"search","query":"q"}"#.to_vec(),
+                cwd: Some("/".into()),
+                input: false,
             }),
+            ClientMsg::Request(Request::Content { doc: "name:x".into(), version: Some(2), cwd: None }),
             ClientMsg::Input(vec![1, 2, 3]),
             ClientMsg::Cancel,
         ];
@@ -311,11 +204,10 @@ mod tests {
             assert_eq!(ClientMsg::decode(&m.encode()).unwrap(), m);
         }
         let server = [
-            ServerMsg::Welcome { version: 1, server: "cairn".into(), max_payload: 4 << 20 },
-            ServerMsg::Hit { score: 1.5, doc: doc(), snippet: Some("s".into()), highlights: vec![(0, 1)] },
-            ServerMsg::Doc(doc()),
-            ServerMsg::Exit(1),
+            ServerMsg::Welcome { version: 2, server: "cairn".into(), max_payload: 4 << 20 },
+            ServerMsg::Data(b"{}".to_vec()),
             ServerMsg::error(ErrorCode::NotFound, "no document x"),
+            ServerMsg::error(ErrorCode::Corrupt, "damaged"),
         ];
         for m in server {
             assert_eq!(ServerMsg::decode(&m.encode()).unwrap(), m);
@@ -327,7 +219,7 @@ mod tests {
         let mut b = ClientMsg::Request(Request::Ping).encode();
         b.push(0);
         assert!(ClientMsg::decode(&b).is_err());
-        let b = ServerMsg::Doc(doc()).encode();
+        let b = ServerMsg::Welcome { version: 2, server: "cairn".into(), max_payload: 1 }.encode();
         for cut in 0..b.len() {
             assert!(ServerMsg::decode(&b[..cut]).is_err(), "cut at {cut}");
         }
@@ -335,9 +227,10 @@ mod tests {
 
     #[test]
     fn version_negotiation() {
-        assert_eq!(negotiate(1, 1), Some(1));
+        assert_eq!(negotiate(2, 2), Some(2));
         assert_eq!(negotiate(0, 9), Some(PROTOCOL_VERSION));
-        assert_eq!(negotiate(2, 9), None);
+        assert_eq!(negotiate(1, 1), None);
+        assert_eq!(negotiate(3, 9), None);
     }
 
     proptest! {

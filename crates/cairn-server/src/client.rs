@@ -147,51 +147,79 @@ impl Client {
         }
     }
 
-    /// Runs a `cairn` command line in the daemon, copying its output to `out`/`err` and
-    /// `input` (if any) to its standard input; returns its exit status.
-    pub fn run_cli(
+    /// Runs one operation of the application layer in the daemon, streaming `input` (if any)
+    /// as its standard input. `cwd`: the working directory relative paths are resolved against.
+    pub fn execute(
         &mut self,
-        args: Vec<String>,
-        cwd: &Path,
-        tty: bool,
+        req: &cairn::Request,
+        cwd: Option<&Path>,
         input: Option<&mut dyn Read>,
-        out: &mut dyn Write,
-        err: &mut dyn Write,
-    ) -> Result<u8> {
-        let has_input = input.is_some();
-        let stream =
-            self.start(Request::Cli { args, cwd: cwd.to_string_lossy().into_owned(), input: has_input, tty })?;
+    ) -> cairn::Result<cairn::Response> {
+        let lost = |e: anyhow::Error| cairn::Error::internal(format!("daemon: {e:#}"));
+        let request = serde_json::to_vec(req).map_err(|e| cairn::Error::internal(e.to_string()))?;
+        let cwd = cwd.map(|c| c.to_string_lossy().into_owned());
+        let stream = self.start(Request::Call { request, cwd, input: input.is_some() }).map_err(lost)?;
         if let Some(inp) = input {
-            // Input is sent whole before output is read; the daemon reads it as it arrives.
+            // Input is sent whole before the answer is read; the daemon reads it as it arrives.
             let mut buf = vec![0u8; 256 << 10];
             loop {
-                let n = inp.read(&mut buf)?;
-                self.input(stream, &buf[..n], n == 0)?;
+                let n = inp.read(&mut buf).map_err(|e| cairn::Error::io(Path::new("<stdin>"), e))?;
+                self.input(stream, &buf[..n], n == 0).map_err(lost)?;
                 if n == 0 {
                     break;
                 }
             }
         }
+        let mut json = Vec::new();
         loop {
-            let (end, m) = self.recv()?;
+            let (end, m) = self.recv().map_err(lost)?;
             match m {
-                ServerMsg::Stdout(b) => {
-                    if let Err(e) = out.write_all(&b) {
-                        if e.kind() == io::ErrorKind::BrokenPipe {
-                            // Our reader left: stop the command, drain to its end.
-                            self.cancel(stream)?;
-                            self.drain()?;
-                        }
-                        return Err(e.into());
-                    }
+                ServerMsg::Data(b) => json.extend_from_slice(&b),
+                ServerMsg::Error { code, message } => {
+                    return Err(cairn::Error::new(crate::error_kind(code), message));
                 }
-                ServerMsg::Stderr(b) => err.write_all(&b)?,
-                ServerMsg::Exit(code) => return Ok(code),
-                ServerMsg::Error { code, message } => bail!("{message} ({code:?})"),
-                other => bail!("unexpected answer {other:?}"),
+                other => return Err(cairn::Error::internal(format!("unexpected answer {other:?}"))),
             }
             if end {
-                bail!("the daemon ended the command without an exit status");
+                break;
+            }
+        }
+        serde_json::from_slice(&json)
+            .map_err(|e| cairn::Error::internal(format!("malformed answer from the daemon: {e}")))
+    }
+
+    /// Copies a document's content to `out`; returns its length.
+    pub fn content(
+        &mut self,
+        doc: &str,
+        version: Option<u32>,
+        cwd: Option<&Path>,
+        out: &mut dyn Write,
+    ) -> cairn::Result<u64> {
+        let lost = |e: anyhow::Error| cairn::Error::internal(format!("daemon: {e:#}"));
+        let cwd = cwd.map(|c| c.to_string_lossy().into_owned());
+        let stream = self.start(Request::Content { doc: doc.to_string(), version, cwd }).map_err(lost)?;
+        let mut n = 0;
+        loop {
+            let (end, m) = self.recv().map_err(lost)?;
+            match m {
+                ServerMsg::Data(b) => {
+                    if let Err(e) = out.write_all(&b) {
+                        if e.kind() == io::ErrorKind::BrokenPipe {
+                            // Our reader left: stop the request, drain to its end.
+                            let _ = self.cancel(stream).and_then(|()| self.drain());
+                        }
+                        return Err(cairn::Error::io(Path::new("<stdout>"), e));
+                    }
+                    n += b.len() as u64;
+                }
+                ServerMsg::Error { code, message } => {
+                    return Err(cairn::Error::new(crate::error_kind(code), message));
+                }
+                other => return Err(cairn::Error::internal(format!("unexpected answer {other:?}"))),
+            }
+            if end {
+                return Ok(n);
             }
         }
     }

@@ -106,14 +106,12 @@ impl Sink {
             .map_err(|_| io::Error::new(io::ErrorKind::BrokenPipe, "client disconnected"))
     }
 
-    /// Whether the client cancelled the request or went away.
-    pub fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed) || self.tx.is_closed()
-    }
-
     /// Sends the final frame after a failure, unless the client cancelled or left.
     pub fn fail(&self, code: ErrorCode, message: String) {
-        let code = if self.cancel.load(Ordering::Relaxed) { ErrorCode::Cancelled } else { code };
+        // A request stopped because the client cancelled it (its answer could not be sent)
+        // says so; one that failed on its own keeps its reason.
+        let stopped = self.cancel.load(Ordering::Relaxed) && code == ErrorCode::Internal;
+        let code = if stopped { ErrorCode::Cancelled } else { code };
         let _ = self.tx.blocking_send(ServerMsg::error(code, message).to_frame(self.stream, true));
     }
 }
@@ -155,6 +153,8 @@ async fn send_now(tx: &mpsc::Sender<Vec<u8>>, stream: u32, msg: ServerMsg) {
 
 /// Serves one connection until the client leaves, breaks the protocol, or shutdown.
 pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(s: S, shared: Arc<Shared>, needs_token: bool) {
+    // The Unix socket (mode 0600) is only its owner's: full access. TCP: what the token grants.
+    let mut access = cairn::Access::full();
     let (rd, wr) = tokio::io::split(s);
     // Buffered: a frame's header and payload usually arrive in one read.
     let mut rd = tokio::io::BufReader::with_capacity(64 << 10, rd);
@@ -195,16 +195,13 @@ pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(s: S, shared
                         cairn_proto::PROTOCOL_VERSION
                     ),
                 )),
-                Some(_)
-                    if needs_token
-                        && !crate::token_matches(
-                            token.as_deref().unwrap_or("").as_bytes(),
-                            shared.config.token.as_deref().unwrap_or("").as_bytes(),
-                        ) =>
-                {
+                Some(_) if needs_token && shared.config.access_for(token.as_deref().unwrap_or("")).is_none() => {
                     Some(ServerMsg::error(ErrorCode::Unauthorized, "missing or wrong token"))
                 }
                 Some(v) => {
+                    if needs_token && let Some(a) = shared.config.access_for(token.as_deref().unwrap_or("")) {
+                        access = a;
+                    }
                     let welcome = ServerMsg::Welcome {
                         version: v,
                         server: format!("cairn {}", env!("CARGO_PKG_VERSION")),
@@ -293,7 +290,7 @@ pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(s: S, shared
                                 } else {
                                     let cancel = Arc::new(AtomicBool::new(false));
                                     let sink = Sink { tx: out_tx.clone(), stream: f.stream, cancel: cancel.clone() };
-                                    let (input, input_rx) = if matches!(req, Request::Cli { input: true, .. }) {
+                                    let (input, input_rx) = if matches!(req, Request::Call { input: true, .. }) {
                                         let (t, r) = mpsc::channel(IN_QUEUE);
                                         (Some(t), Some(r))
                                     } else {
@@ -303,8 +300,9 @@ pub async fn connection<S: AsyncRead + AsyncWrite + Send + 'static>(s: S, shared
                                     let sh = shared.clone();
                                     let done = done_tx.clone();
                                     let stream = f.stream;
+                                    let access = access.clone();
                                     let task = tokio::task::spawn_blocking(move || {
-                                        api::handle(&sh, req, &sink, input_rx);
+                                        api::handle(&sh, &access, req, &sink, input_rx);
                                         let _ = done.send(stream);
                                     });
                                     shared.tasks.spawn(async move {

@@ -1,12 +1,17 @@
-//! cairn's daemon. It holds one data directory open (engine, blob store, trees, document
-//! memory) and serves it to many clients at once:
+//! cairn's daemon. It holds one data directory open (a [`cairn::Cairn`]) and serves it to many
+//! clients at once:
 //!
 //! - framed binary IPC ([`cairn_proto`]) on a Unix socket in the data directory (mode 0600) and
-//!   optionally on TCP (token required): typed requests (add, search, ls, get, ...) and `Cli`
-//!   requests that run any `cairn` command line in the daemon, streamed back with backpressure
-//!   and cancellable;
+//!   optionally on TCP (token required): each request is one operation of the application layer
+//!   (its JSON), answered by its result's JSON, streamed with backpressure and cancellable;
 //! - HTTP/REST ([`http`]) on an optional port, bearer-token authenticated;
 //! - graceful shutdown: stop accepting, finish in-flight requests, commit the index.
+//!
+//! The daemon adds no operations of its own: it translates frames and HTTP requests into the
+//! application layer's requests and renders their results ([`cairn::Response::to_json`]), so
+//! every front-end answers with the same JSON. What a remote client may do is a
+//! [`cairn::Access`]: the Unix socket (only its owner can open it) gets full access; TCP and
+//! HTTP clients act inside the configured roots, read-only with the read-only token.
 //!
 //! One Tokio runtime; blocking storage work runs on its blocking pool. Every per-connection
 //! queue is bounded, so a slow or dead client holds at most a few frames of memory and one
@@ -19,67 +24,35 @@ pub mod http;
 mod ipc;
 mod lock;
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use cairn_docs::Memory;
-use cairn_kv::Db;
-use cairn_tree::Trees;
+use cairn::{Access, Cairn, ErrorKind};
+use cairn_proto::ErrorCode;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use auth::token_matches;
 pub use lock::ServeLock;
 
-/// The open layers of one data directory, shared by every request.
-pub struct Services {
-    /// The engine.
-    pub db: Db,
-    /// The document memory (over the same engine and blob store).
-    pub memory: Memory,
-    /// The tree layer (over the same engine and blob store).
-    pub trees: Trees,
-    /// The record tables (over the same engine).
-    pub tables: cairn_tables::Tables,
-}
-
-/// Standard streams and working directory of a command line run in the daemon.
-pub struct CliIo {
-    /// The client's working directory: relative paths in the arguments are relative to it.
-    pub cwd: PathBuf,
-    /// Standard input (empty unless the client streams input).
-    pub input: Box<dyn Read + Send>,
-    /// Standard output, streamed to the client.
-    pub out: Box<dyn Write + Send>,
-    /// Standard error, streamed to the client.
-    pub err: Box<dyn Write + Send>,
-    /// The client's standard output is a terminal.
-    pub tty: bool,
-}
-
-/// Runs `cairn` command lines inside the daemon (implemented by the CLI, which owns the
-/// commands; the server only transports them).
-pub trait CliRunner: Send + Sync + 'static {
-    /// Runs `args` (everything after the global options) and returns the exit status. Output
-    /// write errors mean the client went away or cancelled: stop and return.
-    fn run(&self, args: Vec<String>, io: CliIo) -> u8;
-}
-
 /// Where and how the daemon listens.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The Unix socket (default `<data dir>/cairn.sock`).
+    /// The Unix socket (default: the data directory's).
     pub socket: PathBuf,
     /// Optional TCP address for framed IPC (needs a token).
     pub tcp: Option<SocketAddr>,
     /// Optional HTTP/REST address (needs a token).
     pub http: Option<SocketAddr>,
-    /// Bearer token for TCP and HTTP clients.
+    /// Bearer token granting full access to TCP and HTTP clients (inside `roots`).
     pub token: Option<String>,
+    /// Bearer token granting read-only access.
+    pub read_only_token: Option<String>,
+    /// Where TCP and HTTP clients may have the daemon read and write files (none: nowhere).
+    pub roots: Option<Vec<PathBuf>>,
     /// Largest frame payload accepted.
     pub max_payload: u32,
     /// Most connections served at once (more wait in the listen backlog).
@@ -93,13 +66,16 @@ pub struct Config {
 }
 
 impl Config {
-    /// Defaults for a data directory.
-    pub fn new(data_dir: &Path) -> Config {
+    /// Defaults for the data directory `c` serves, with its `[server]` settings.
+    pub fn new(c: &Cairn) -> Config {
+        let s = &c.config().server;
         Config {
-            socket: socket_path(data_dir),
+            socket: c.layout().socket(),
             tcp: None,
             http: None,
-            token: None,
+            token: s.token.clone(),
+            read_only_token: s.read_only_token.clone(),
+            roots: s.roots.clone(),
             max_payload: cairn_proto::DEFAULT_MAX_PAYLOAD,
             max_connections: 1024,
             max_in_flight: 32,
@@ -107,34 +83,72 @@ impl Config {
             workers: None,
         }
     }
+
+    /// What a remote client presenting `token` may do, if anything.
+    pub fn access_for(&self, token: &str) -> Option<Access> {
+        let roots = self.roots.as_deref();
+        let is = |t: &Option<String>| t.as_deref().is_some_and(|t| token_matches(token.as_bytes(), t.as_bytes()));
+        if is(&self.token) {
+            Some(Access::remote(roots, false))
+        } else if is(&self.read_only_token) {
+            Some(Access::remote(roots, true))
+        } else {
+            None
+        }
+    }
 }
 
-/// The Unix socket of a data directory.
-pub fn socket_path(data_dir: &Path) -> PathBuf {
-    data_dir.join("cairn.sock")
+/// The IPC error code of an error kind (the one place they are paired).
+pub fn error_code(kind: ErrorKind) -> ErrorCode {
+    match kind {
+        ErrorKind::NotFound => ErrorCode::NotFound,
+        ErrorKind::BadRequest => ErrorCode::BadRequest,
+        ErrorKind::Conflict => ErrorCode::Conflict,
+        ErrorKind::PreconditionFailed => ErrorCode::PreconditionFailed,
+        ErrorKind::Unauthorized => ErrorCode::Unauthorized,
+        ErrorKind::Forbidden => ErrorCode::Forbidden,
+        ErrorKind::Corrupt => ErrorCode::Corrupt,
+        _ => ErrorCode::Internal,
+    }
+}
+
+/// The error kind of an IPC error code (protocol codes count as bad requests or internal).
+pub fn error_kind(code: ErrorCode) -> ErrorKind {
+    match code {
+        ErrorCode::NotFound => ErrorKind::NotFound,
+        ErrorCode::BadRequest | ErrorCode::Version => ErrorKind::BadRequest,
+        ErrorCode::Conflict => ErrorKind::Conflict,
+        ErrorCode::PreconditionFailed => ErrorKind::PreconditionFailed,
+        ErrorCode::Unauthorized => ErrorKind::Unauthorized,
+        ErrorCode::Forbidden => ErrorKind::Forbidden,
+        ErrorCode::Corrupt => ErrorKind::Corrupt,
+        ErrorCode::Cancelled | ErrorCode::ShuttingDown | ErrorCode::Internal => ErrorKind::Internal,
+    }
 }
 
 /// Everything a connection needs.
 pub(crate) struct Shared {
-    pub services: Arc<Services>,
-    pub cli: Arc<dyn CliRunner>,
+    pub cairn: Cairn,
     pub config: Config,
     pub shutdown: CancellationToken,
     pub tasks: TaskTracker,
 }
 
-/// Serves until `shutdown` is cancelled (or SIGTERM/SIGINT arrives), then stops accepting,
-/// lets in-flight requests finish (up to the grace period), commits the index and returns.
-/// `ready` is called once every listener is bound.
+/// Serves `cairn` until `shutdown` is cancelled (or SIGTERM/SIGINT arrives), then stops
+/// accepting, lets in-flight requests finish (up to the grace period), commits the index and
+/// returns. `ready` is called once every listener is bound.
 pub fn serve(
     config: Config,
-    services: Arc<Services>,
-    cli: Arc<dyn CliRunner>,
+    cairn: Cairn,
     shutdown: CancellationToken,
     ready: impl FnOnce(&Config) + Send,
 ) -> Result<()> {
-    if (config.tcp.is_some() || config.http.is_some()) && config.token.as_deref().unwrap_or("").is_empty() {
-        anyhow::bail!("TCP and HTTP listeners need a token (CAIRN_TOKEN or `token` in cairn.toml)");
+    if config.tcp.is_some() || config.http.is_some() {
+        let token = config.token.as_deref().or(config.read_only_token.as_deref());
+        let Some(token) = token else {
+            anyhow::bail!("TCP and HTTP listeners need a token (CAIRN_TOKEN or `token` in [server] of cairn.toml)");
+        };
+        cairn::config::check_token(token)?;
     }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     rt.enable_all().thread_name("cairn-server");
@@ -142,12 +156,10 @@ pub fn serve(
         rt.worker_threads(n.max(1));
     }
     let rt = rt.build().context("starting the runtime")?;
-    let shared = Arc::new(Shared { services, cli, config, shutdown, tasks: TaskTracker::new() });
+    let shared = Arc::new(Shared { cairn, config, shutdown, tasks: TaskTracker::new() });
     rt.block_on(run(shared.clone(), ready))?;
     rt.shutdown_timeout(Duration::from_secs(1));
-    shared.services.memory.commit().context("committing the index")?;
-    // Index builds still running resume on the next open.
-    shared.services.tables.close();
+    shared.cairn.commit().context("committing the index")?;
     Ok(())
 }
 

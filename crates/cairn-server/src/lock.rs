@@ -1,9 +1,8 @@
-//! One daemon per data directory: an exclusive lock on `<dir>/serve.lock` (released by the
+//! One daemon per data directory: an exclusive lock on its `serve.lock` (released by the
 //! kernel when the process dies, so a `kill -9` leaves nothing to clean up).
 
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
@@ -14,9 +13,10 @@ pub struct ServeLock {
 
 impl ServeLock {
     /// Takes the lock or says which process holds it.
-    pub fn acquire(data_dir: &Path) -> Result<ServeLock> {
+    pub fn acquire(layout: &cairn::Layout) -> Result<ServeLock> {
+        let data_dir = layout.root();
         std::fs::create_dir_all(data_dir).with_context(|| format!("creating {}", data_dir.display()))?;
-        let path = data_dir.join("serve.lock");
+        let path = layout.serve_lock();
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
