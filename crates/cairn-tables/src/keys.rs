@@ -3,6 +3,7 @@
 //!
 //! - `m/<table>`: the table definition (JSON).
 //! - `r/<table>/<pk>`: a record: `0x01`, version (u64 LE), the JSON text.
+//! - `g/<table>/<pk>`: the version (u64 LE) a deleted record had.
 //! - `i/<table>/<index id u32 BE>/<value><pk>`: a range-index entry (empty value).
 //! - `i/<table>/<index id u32 BE>/<xxh3-64 of value, BE><pk>`: a hash-index entry.
 //!
@@ -26,6 +27,17 @@ pub(crate) fn records_prefix(table: &str) -> Vec<u8> {
 /// The row of the record with encoded primary key `pk` ([`crate::encode_id`]).
 pub fn record_key(table: &str, pk: &[u8]) -> Vec<u8> {
     [&records_prefix(table)[..], pk].concat()
+}
+
+/// The row keeping the version of the deleted record with encoded key `pk`, so a record
+/// created again under the key continues from it (a client holding the old version cannot
+/// write the new record).
+pub(crate) fn tombstone_key(table: &str, pk: &[u8]) -> Vec<u8> {
+    [&tombstones_prefix(table)[..], pk].concat()
+}
+
+pub(crate) fn tombstones_prefix(table: &str) -> Vec<u8> {
+    [b"g/", table.as_bytes(), b"/"].concat()
 }
 
 pub(crate) fn index_prefix(table: &str, id: u32) -> Vec<u8> {

@@ -123,7 +123,8 @@ pub struct TableDef {
 /// A stored record.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Record {
-    /// Version: 1 when created, +1 on every change.
+    /// Version: 1 when first created, +1 on every change; a record created again after a
+    /// delete continues from the deleted record's version.
     pub version: u64,
     /// The JSON object.
     pub data: Value,
@@ -492,7 +493,23 @@ impl Tx {
     }
 
     fn write(&mut self, def: &TableDef, pk: &[u8], old: Option<&Prior>, new: Option<&Value>) -> Result<u64> {
-        let version = old.map_or(0, |r| r.version) + 1;
+        // A record created again after a delete continues from the deleted one's version.
+        let tomb = keys::tombstone_key(&def.name, pk);
+        let before = match old {
+            Some(r) => r.version,
+            None => match self.txn.get(&tomb)? {
+                Some(b) => {
+                    let v = b.as_ref().try_into().map(u64::from_le_bytes).map_err(|_| Error::Corrupt {
+                        key: String::from_utf8_lossy(&tomb).into(),
+                        msg: "a deleted record's version is not 8 bytes".into(),
+                    })?;
+                    self.txn.delete_untracked(&tomb)?;
+                    v
+                }
+                None => 0,
+            },
+        };
+        let version = before + 1;
         for ix in &def.indexes {
             let before = entries(&def.name, ix, pk, old.map(|r| &r.indexed));
             let after = entries(&def.name, ix, pk, new);
@@ -509,7 +526,10 @@ impl Tx {
         match new {
             Some(Value::Object(m)) => self.txn.put(&k, record::encode(version, m))?,
             Some(_) => return Err(Error::Invalid("a record is a JSON object".into())),
-            None => self.txn.delete(&k)?,
+            None => {
+                self.txn.delete(&k)?;
+                self.txn.put_untracked(&tomb, before.to_le_bytes())?;
+            }
         }
         Ok(version)
     }
@@ -722,7 +742,7 @@ impl Tables {
         let rows = &self.inner.rows;
         let mut b = cairn_kv::KeyspaceBatch::new();
         b.delete(rows, keys::meta_key(name))?;
-        for p in [keys::records_prefix(name), keys::table_index_prefix(name)] {
+        for p in [keys::records_prefix(name), keys::table_index_prefix(name), keys::tombstones_prefix(name)] {
             let end = prefix_successor(&p).expect("ends in /");
             b.delete_range(rows, p, end)?;
         }
