@@ -54,7 +54,7 @@ pub struct GrepFile {
 }
 
 /// Totals of a grep.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GrepStats {
     /// Documents searched.
     pub files_searched: u64,
@@ -64,6 +64,8 @@ pub struct GrepStats {
     pub lines_matched: u64,
     /// Bytes searched.
     pub bytes_searched: u64,
+    /// Documents that could not be read, with why (the grep went on without them).
+    pub errors: Vec<(String, String)>,
 }
 
 struct Collect<'m> {
@@ -133,7 +135,7 @@ pub(crate) fn matcher(opts: &GrepOptions) -> Result<RegexMatcher> {
 }
 
 fn grep_one(m: &Memory, matcher: &RegexMatcher, ctx: usize, doc: &DocRecord) -> Result<(GrepFile, u64)> {
-    let content = m.store().get(&rows::parse_hash(&doc.path, &doc.hash)?)?;
+    let id = rows::parse_hash(&doc.path, &doc.hash)?;
     let mut searcher = SearcherBuilder::new()
         .line_number(true)
         .before_context(ctx)
@@ -141,9 +143,26 @@ fn grep_one(m: &Memory, matcher: &RegexMatcher, ctx: usize, doc: &DocRecord) -> 
         .binary_detection(BinaryDetection::quit(0))
         .build();
     let mut sink = Collect { matcher, groups: Vec::new(), matched: 0 };
-    searcher.search_slice(matcher, &content, &mut sink).map_err(|e| Error::io(&doc.path, e))?;
+    let len = if doc.size > crate::MAX_INDEXED {
+        // Too large to hold whole: streamed, chunk by chunk, each checked against its hash.
+        let r = m.store().reader(&id)?;
+        searcher.search_reader(matcher, r, &mut sink).map_err(|e| read_error(&doc.path, e))?;
+        doc.size
+    } else {
+        let content = m.store().get(&id)?;
+        searcher.search_slice(matcher, &content, &mut sink).map_err(|e| Error::io(&doc.path, e))?;
+        content.len() as u64
+    };
     sink.groups.retain(|g| !g.is_empty());
-    Ok((GrepFile { path: doc.path.clone(), groups: sink.groups, matched_lines: sink.matched }, content.len() as u64))
+    Ok((GrepFile { path: doc.path.clone(), groups: sink.groups, matched_lines: sink.matched }, len))
+}
+
+/// A read error of streamed content, keeping the blob store's error when it is one.
+fn read_error(path: &str, e: std::io::Error) -> Error {
+    match e.downcast::<cairn_cas::Error>() {
+        Ok(inner) => Error::Cas(inner),
+        Err(e) => Error::io(path, e),
+    }
 }
 
 pub(crate) fn run(
@@ -154,11 +173,19 @@ pub(crate) fn run(
 ) -> Result<GrepStats> {
     let matcher = matcher(opts)?;
     let mut stats = GrepStats::default();
-    // Files are searched in parallel a window at a time and reported in path order.
+    // Files are searched in parallel a window at a time and reported in path order. A
+    // document that cannot be read is reported and the grep goes on.
     for window in docs.chunks(256) {
-        let found: Vec<(GrepFile, u64)> =
-            window.par_iter().map(|d| grep_one(m, &matcher, opts.context, d)).collect::<Result<_>>()?;
-        for (file, bytes) in found {
+        let found: Vec<Result<(GrepFile, u64)>> =
+            window.par_iter().map(|d| grep_one(m, &matcher, opts.context, d)).collect();
+        for (doc, result) in window.iter().zip(found) {
+            let (file, bytes) = match result {
+                Ok(x) => x,
+                Err(e) => {
+                    stats.errors.push((doc.path.clone(), e.to_string()));
+                    continue;
+                }
+            };
             stats.files_searched += 1;
             stats.bytes_searched += bytes;
             if file.matched_lines == 0 {

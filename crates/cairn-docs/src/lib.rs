@@ -36,7 +36,8 @@ pub use verify::{Problem, VerifyReport};
 
 use rows::{decode, encode};
 
-/// Content larger than this is not put in the full-text index (it is stored and greppable).
+/// Content larger than this is not put in the full-text index (it is stored, and grep streams
+/// it).
 pub const MAX_INDEXED: u64 = 64 << 20;
 
 /// A document to add: its path (any non-empty string without NUL: a file path, a URL, a name)
@@ -199,6 +200,8 @@ struct Inner {
     write: Mutex<WriteState>,
     /// Add jobs waiting for the next group commit.
     queue: Mutex<Vec<AddJob>>,
+    /// What opening found and worked around (documents whose content could not be read).
+    warnings: Mutex<Vec<String>>,
 }
 
 /// One `add` call waiting to be written by whoever holds the write lock next.
@@ -236,7 +239,9 @@ impl Memory {
             None => 0,
         };
         let write = Mutex::new(WriteState { next_id, next_seq, uncommitted: Vec::new() });
-        let m = Memory { inner: Arc::new(Inner { rows, store, index, write, queue: Mutex::default() }) };
+        let m = Memory {
+            inner: Arc::new(Inner { rows, store, index, write, queue: Mutex::default(), warnings: Mutex::default() }),
+        };
         m.reconcile(created)?;
         Ok(m)
     }
@@ -263,7 +268,11 @@ impl Memory {
         }
         for id in ids {
             match self.doc_by_id(id)? {
-                Some(doc) => self.reindex(&doc)?,
+                Some(doc) => {
+                    if let Some(why) = self.reindex_or_leave_out(&doc)? {
+                        self.inner.warnings.lock().push(why);
+                    }
+                }
                 None => self.inner.index.replace(id, "", None)?,
             }
         }
@@ -271,6 +280,29 @@ impl Memory {
             self.commit_locked(&mut w)?;
         }
         Ok(())
+    }
+
+    /// Takes what opening found and worked around (each once).
+    pub fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.inner.warnings.lock())
+    }
+
+    /// Puts the current content of `doc` into the index; when its content cannot be read
+    /// (damaged or missing in the blob store), leaves it out of the index and says why (the
+    /// index is derived: `rebuild_index` puts it back once the content is repaired).
+    fn reindex_or_leave_out(&self, doc: &DocRecord) -> Result<Option<String>> {
+        match self.reindex(doc) {
+            Ok(()) => Ok(None),
+            Err(Error::Cas(e)) => {
+                self.inner.index.replace(doc.id, "", None)?;
+                Ok(Some(format!(
+                    "document {} v{}: its content cannot be read ({e}); it is left out of the full-text \
+                     index until repaired (`cairn verify` names the damage)",
+                    doc.path, doc.version
+                )))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     /// Puts the current content of `doc` into the index (reading it from the blob store).
@@ -779,26 +811,38 @@ impl Memory {
     }
 
     /// Regex search over the stored content of the current versions of the documents the filter
-    /// allows (text documents only), in path order; `on_file` gets each file with matches.
+    /// allows (text documents, those too large for the full-text index included: they are
+    /// streamed), in path order; `on_file` gets each file with matches. A document that cannot
+    /// be read is counted in [`GrepStats::errors`] and the search goes on.
     pub fn grep(&self, opts: &GrepOptions, on_file: impl FnMut(GrepFile) -> Result<()>) -> Result<GrepStats> {
-        let docs: Vec<DocRecord> = self.list(&opts.filter)?.into_iter().filter(|d| d.indexed).collect();
+        let docs: Vec<DocRecord> =
+            self.list(&opts.filter)?.into_iter().filter(|d| Kind::from_mime(&d.mime).is_text()).collect();
         grep::run(self, opts, &docs, on_file)
     }
 
     /// Drops the full-text index and rebuilds it from the stored documents. Returns the number
     /// of documents indexed.
     pub fn rebuild_index(&self) -> Result<u64> {
+        Ok(self.rebuild_index_report()?.0)
+    }
+
+    /// [`Memory::rebuild_index`], also saying which documents were left out because their
+    /// content cannot be read (path, why).
+    pub fn rebuild_index_report(&self) -> Result<(u64, Vec<(String, String)>)> {
         let mut w = self.inner.write.lock();
         self.inner.index.clear()?;
         let mut n = 0;
+        let mut left_out = Vec::new();
         for kv in self.inner.rows.prefix(rows::DOC) {
             let (k, v) = kv?;
             let doc: DocRecord = decode(&k, &v)?;
-            self.reindex(&doc)?;
-            n += u64::from(doc.indexed);
+            match self.reindex_or_leave_out(&doc)? {
+                None => n += u64::from(doc.indexed),
+                Some(why) => left_out.push((doc.path.clone(), why)),
+            }
         }
         self.commit_locked(&mut w)?;
-        Ok(n)
+        Ok((n, left_out))
     }
 
     /// What the memory holds.

@@ -512,6 +512,8 @@ pub struct GrepResult {
 pub struct ReindexResult {
     /// Documents indexed.
     pub indexed: u64,
+    /// Documents left out because their content cannot be read.
+    pub skipped: Vec<Skipped>,
     /// Wall time.
     pub seconds: f64,
 }
@@ -1011,7 +1013,7 @@ impl Cairn {
             files_matched: stats.files_matched,
             lines_matched: stats.lines_matched,
             truncated: req.limit.is_some_and(|l| stats.files_matched as usize >= l),
-            errors: Vec::new(),
+            errors: stats.errors.into_iter().map(|(path, error)| Skipped { path, error }).collect(),
         })
     }
 
@@ -1030,7 +1032,8 @@ impl Cairn {
     pub fn reindex(&self, call: &Call<'_>) -> Result<ReindexResult> {
         call.access.check_write("reindex")?;
         let t = std::time::Instant::now();
-        let indexed = self.memory(false)?.rebuild_index()?;
-        Ok(ReindexResult { indexed, seconds: t.elapsed().as_secs_f64() })
+        let (indexed, left_out) = self.memory(false)?.rebuild_index_report()?;
+        let skipped = left_out.into_iter().map(|(path, error)| Skipped { path, error }).collect();
+        Ok(ReindexResult { indexed, skipped, seconds: t.elapsed().as_secs_f64() })
     }
 }

@@ -213,6 +213,7 @@ impl Cairn {
         let db = self.db_locked(&mut l, create)?;
         let m = Memory::with_parts(db.keyspace(keyspace::DOCS), store, self.inner.layout.docs_index())
             .map_err(|e| Error::from(e).context("opening the document memory"))?;
+        self.inner.warnings.lock().extend(m.take_warnings());
         l.memory = Some(m.clone());
         Ok(m)
     }

@@ -75,3 +75,65 @@ fn bad_patterns_are_errors() {
     // As a fixed string the same pattern is fine.
     assert!(m.grep(&GrepOptions { fixed: true, ..opts("a(") }, |_| Ok(())).is_ok());
 }
+
+/// Text too large for the full-text index is still grepped (streamed), not skipped.
+#[test]
+fn documents_too_large_to_index_are_grepped() {
+    let t = tempfile::tempdir().unwrap();
+    let m = crate::open(t.path());
+    let mut big = "filler line of ordinary text\n".repeat(((cairn_docs::MAX_INDEXED as usize) / 29) + 1000);
+    big.push_str("the needle is here at the very end\n");
+    let a = m.add_reader("big.txt", std::io::Cursor::new(big.as_bytes()), &Default::default()).unwrap();
+    assert!(!a.doc.indexed && a.doc.size > cairn_docs::MAX_INDEXED);
+    add(&m, "small.txt", "a needle in a small file\n");
+    let r = grep(&m, opts("needle"));
+    assert_eq!(r.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["big.txt", "small.txt"]);
+    let line = &r[0].groups[0][0];
+    assert_eq!(line.text, "the needle is here at the very end");
+    assert_eq!(line.number, big.lines().count() as u64);
+}
+
+/// A document whose content is damaged is reported; the grep goes on with the others.
+#[test]
+fn an_unreadable_document_does_not_stop_the_grep() {
+    let t = tempfile::tempdir().unwrap();
+    let m = crate::open(t.path());
+    // The large document is the pack's first entry, the small one a few bytes at its end.
+    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut noise = String::new();
+    while noise.len() < 100_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        noise.push_str(&format!("{x:016x} needle\n"));
+    }
+    add(&m, "damaged.txt", &noise);
+    add(&m, "fine.txt", "one needle\n");
+    drop(m);
+    let pack = std::fs::read_dir(t.path().join("packs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "pack"));
+    let pack = pack.expect("a pack");
+    let mut bytes = std::fs::read(&pack).unwrap();
+    assert!(bytes.len() > 20_000, "{} bytes", bytes.len());
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0x01;
+    std::fs::write(&pack, bytes).unwrap();
+    let m = crate::open(t.path());
+    // Opening replayed the index work the drop left (the content of damaged.txt cannot be
+    // read): it says so instead of failing.
+    let warnings = m.take_warnings();
+    assert!(warnings.len() == 1 && warnings[0].contains("damaged.txt"), "{warnings:?}");
+    let mut found = Vec::new();
+    let stats = m
+        .grep(&opts("needle"), |f| {
+            found.push(f.path);
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(found, ["fine.txt"]);
+    assert_eq!(stats.errors.len(), 1, "{:?}", stats.errors);
+    assert_eq!(stats.errors[0].0, "damaged.txt");
+    assert!(stats.files_searched == 1 && stats.files_matched == 1);
+}
