@@ -12,6 +12,9 @@ pub enum Error {
     /// The full-text index failed.
     #[error("search index: {0}")]
     Index(#[from] tantivy::TantivyError),
+    /// The full-text index's files are damaged (the index library failed on them).
+    #[error("the full-text index is damaged: {0}")]
+    IndexDamaged(String),
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {

@@ -38,6 +38,22 @@ fn schema() -> (Schema, Fields) {
     (b.build(), Fields { id, title, body, path })
 }
 
+/// Runs `f`, turning a panic of the index library (it panics on some damaged files instead
+/// of returning an error) into [`Error::IndexDamaged`].
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T>) -> Result<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => {
+            let why = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "the index library failed".into());
+            Err(Error::IndexDamaged(why))
+        }
+    }
+}
+
 /// How a query string is read.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum QueryMode {
@@ -58,6 +74,21 @@ pub(crate) struct SearchIndex {
 }
 
 impl SearchIndex {
+    /// Opens the index in `dir`, creating it if absent; also says whether it was created, and
+    /// why it was made anew when it existed but could not be opened (the index is derived:
+    /// the caller rebuilds it from the documents).
+    pub fn open_or_rebuild(dir: &Path) -> Result<(SearchIndex, bool, Option<String>)> {
+        match guarded(|| SearchIndex::open(dir)) {
+            Ok((ix, created)) => Ok((ix, created, None)),
+            Err(Error::Io { path, source }) => Err(Error::Io { path, source }),
+            Err(e) => {
+                std::fs::remove_dir_all(dir).map_err(|er| Error::io(dir, er))?;
+                let (ix, _) = SearchIndex::open(dir)?;
+                Ok((ix, true, Some(e.to_string())))
+            }
+        }
+    }
+
     /// Opens the index in `dir`, creating it if absent; also says whether it was created.
     pub fn open(dir: &Path) -> Result<(SearchIndex, bool)> {
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;

@@ -229,7 +229,8 @@ impl Memory {
     /// Opens the memory over an open engine and store, with its index in `index_dir`. Replays
     /// index work a crash left undone; rebuilds the index if it is missing.
     pub fn with_parts(rows: Keyspace, store: Store, index_dir: impl Into<PathBuf>) -> Result<Memory> {
-        let (index, created) = index::SearchIndex::open(&index_dir.into())?;
+        let index_dir = index_dir.into();
+        let (index, created, damaged) = index::SearchIndex::open_or_rebuild(&index_dir)?;
         let next_id = match rows.prefix(rows::DOC).next_back() {
             Some(kv) => rows::trailing_id(&kv?.0)? + 1,
             None => 1,
@@ -242,6 +243,12 @@ impl Memory {
         let m = Memory {
             inner: Arc::new(Inner { rows, store, index, write, queue: Mutex::default(), warnings: Mutex::default() }),
         };
+        if let Some(why) = damaged {
+            m.inner.warnings.lock().push(format!(
+                "the full-text index in {} could not be opened ({why}); it was made anew from the documents",
+                index_dir.display()
+            ));
+        }
         m.reconcile(created)?;
         Ok(m)
     }
@@ -772,6 +779,10 @@ impl Memory {
 
     /// Full-text search (BM25) over the current content of the documents `opts.filter` allows.
     pub fn search(&self, query: &str, opts: &SearchOptions) -> Result<SearchResults> {
+        index::guarded(|| self.search_unguarded(query, opts))
+    }
+
+    fn search_unguarded(&self, query: &str, opts: &SearchOptions) -> Result<SearchResults> {
         {
             let mut w = self.inner.write.lock();
             if !w.uncommitted.is_empty() {

@@ -224,7 +224,16 @@ fn docs_kind(e: &cairn_docs::Error) -> ErrorKind {
 
 impl From<cairn_docs::Error> for Error {
     fn from(e: cairn_docs::Error) -> Error {
-        Error::from_std(docs_kind(&e), e)
+        let index = matches!(e, cairn_docs::Error::Index(_) | cairn_docs::Error::IndexDamaged(_));
+        let err = Error::from_std(docs_kind(&e), e);
+        if index {
+            // The index is derived: say how to get it back.
+            return Error::new(
+                ErrorKind::Corrupt,
+                format!("{} (the full-text index may be damaged: `cairn reindex` rebuilds it)", err.message),
+            );
+        }
+        err
     }
 }
 

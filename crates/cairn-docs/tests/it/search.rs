@@ -164,3 +164,37 @@ fn a_lost_index_is_rebuilt_on_open() {
     assert_eq!(m.rebuild_index().unwrap(), 5);
     assert_eq!(paths(&m, "tuning"), ["/doc/page.html"]);
 }
+
+/// A damaged full-text index does not take the memory down: opening rebuilds it from the
+/// documents and says so.
+#[test]
+fn a_damaged_index_is_rebuilt_on_open() {
+    let t = tempfile::tempdir().unwrap();
+    {
+        let m = crate::open(t.path());
+        corpus(&m);
+        m.close().unwrap();
+    }
+    let meta = t.path().join("docs-index/meta.json");
+    std::fs::write(&meta, b"{ this is not tantivy's meta").unwrap();
+    let m = crate::open(t.path());
+    let w = m.take_warnings();
+    assert!(w.len() == 1 && w[0].contains("made anew"), "{w:?}");
+    assert_eq!(paths(&m, "getBlockHandle"), ["/src/cache.rs"]);
+    assert_eq!(m.stats().unwrap().indexed, 5);
+    assert!(m.verify().unwrap().problems.is_empty());
+    // Segment files damaged below an intact meta.json: also rebuilt.
+    drop(m);
+    let dir = t.path().join("docs-index");
+    let mut damaged = 0;
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "idx" || x == "term") {
+            std::fs::write(&p, b"garbage").unwrap();
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0);
+    let m = crate::open(t.path());
+    assert_eq!(paths(&m, "getBlockHandle"), ["/src/cache.rs"], "warnings: {:?}", m.take_warnings());
+}
