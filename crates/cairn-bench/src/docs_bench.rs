@@ -130,12 +130,12 @@ struct Cairn(Memory);
 
 impl DocEngine for Cairn {
     fn add_one(&mut self, path: &str, content: &[u8]) -> Result<()> {
-        let d = NewDoc { path: path.to_string(), content: content.to_vec() };
+        let d = NewDoc::new(path.to_string(), content.to_vec());
         self.0.add(vec![d], &AddOptions::default())?;
         Ok(())
     }
     fn add_many(&mut self, docs: Vec<(String, Vec<u8>)>) -> Result<()> {
-        let docs = docs.into_iter().map(|(path, content)| NewDoc { path, content }).collect();
+        let docs = docs.into_iter().map(|(path, content)| NewDoc::new(path, content)).collect();
         self.0.add(docs, &AddOptions::default())?;
         Ok(())
     }

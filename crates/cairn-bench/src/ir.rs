@@ -142,7 +142,7 @@ pub fn run(a: IrArgs) -> Result<()> {
                 None => String::new(),
             };
             let content = format!("{}\n\n{}", str_field(d, "title"), str_field(d, "text"));
-            NewDoc { path: id, content: content.into_bytes() }
+            NewDoc::new(id, content.into_bytes())
         })
         .collect();
     let n_docs = docs.len();

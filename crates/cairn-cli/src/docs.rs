@@ -215,13 +215,10 @@ pub fn parse_kv(s: &str) -> Result<(String, String), String> {
     s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())).ok_or_else(|| format!("{s:?} is not key=value"))
 }
 
-/// A document argument as a reference: its bytes, or for a file name that is not UTF-8 the
-/// escaped form the application layer reads back (`\xHH`).
+/// A document argument as a reference: its text, with the bytes of a file name that are not
+/// UTF-8 shown as `\xHH` (which the application layer reads back).
 pub fn doc_ref(p: &std::path::Path) -> String {
-    match p.to_str() {
-        Some(s) => s.to_string(),
-        None => cairn::text::escape(p.as_os_str().as_bytes()),
-    }
+    cairn::docs::display_path(p.as_os_str().as_bytes())
 }
 
 fn refs(ps: Vec<PathBuf>) -> Vec<String> {

@@ -413,3 +413,43 @@ fn names_stay_apart_from_files_and_never_escape() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(fs::read_to_string(notes.join("plan.md")).unwrap(), "the file's plan");
 }
+
+/// File names are bytes: two names that differ only in bytes that are not UTF-8 are two
+/// documents, and adding them again changes nothing.
+#[test]
+fn file_names_that_are_not_utf8_stay_distinct() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    fs::create_dir_all(&src).unwrap();
+    let e9 = src.join(OsStr::from_bytes(b"caf\xe9.txt"));
+    let e8 = src.join(OsStr::from_bytes(b"caf\xe8.txt"));
+    fs::write(&e9, "latin-1 e acute").unwrap();
+    fs::write(&e8, "latin-1 e grave").unwrap();
+    let d = t.path().join("data");
+    let out = ok(&d, &["add", "-r", src.to_str().unwrap()]);
+    assert!(out.starts_with("added 2 documents, 0 new versions"), "{out}");
+    for _ in 0..2 {
+        let out = ok(&d, &["add", "-r", src.to_str().unwrap()]);
+        assert!(out.contains("0 new versions, 2 unchanged"), "{out}");
+    }
+    let cat = |p: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_cairn")).arg("--dir").arg(&d).arg("cat").arg(p).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).unwrap()
+    };
+    assert_eq!(cat(&e9), "latin-1 e acute");
+    assert_eq!(cat(&e8), "latin-1 e grave");
+    let ls: serde_json::Value = serde_json::from_str(&ok(&d, &["ls", "--json"])).unwrap();
+    let shown: Vec<&str> = ls["docs"].as_array().unwrap().iter().map(|d| d["path"].as_str().unwrap()).collect();
+    assert!(shown.iter().any(|p| p.ends_with("caf\\xe8.txt")) && shown.iter().any(|p| p.ends_with("caf\\xe9.txt")));
+    // The shown form names the document too (as HTTP and MCP clients give it).
+    let by_text = format!("{}/caf\\xe9.txt", src.display());
+    assert_eq!(ok(&d, &["cat", &by_text]), "latin-1 e acute");
+    // Restored to the file's own bytes.
+    fs::remove_file(&e9).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_cairn")).arg("--dir").arg(&d).arg("restore").arg(&e9).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(fs::read_to_string(&e9).unwrap(), "latin-1 e acute");
+}

@@ -31,7 +31,7 @@ pub use error::{Error, Result};
 pub use extract::Kind;
 pub use grep::{GrepFile, GrepLine, GrepOptions, GrepStats};
 pub use index::QueryMode;
-pub use rows::{DocRecord, VersionRecord, format_time, parse_time};
+pub use rows::{DocRecord, VersionRecord, display_path, format_time, parse_time, path_from_display};
 pub use verify::{Problem, VerifyReport};
 
 use rows::{decode, encode};
@@ -40,14 +40,38 @@ use rows::{decode, encode};
 /// it).
 pub const MAX_INDEXED: u64 = 64 << 20;
 
-/// A document to add: its path (any non-empty string without NUL: a file path, a URL, a name)
-/// and content.
+/// A document to add: its path (a file path, a URL, a name: 1 to 4096 bytes without NUL) and
+/// content.
 #[derive(Clone, Debug)]
 pub struct NewDoc {
-    /// The document's path.
+    /// The document's path as text ([`display_path`] of `key` when that is not UTF-8).
     pub path: String,
+    /// The path's bytes, when they are not `path`'s (a file name that is not UTF-8).
+    pub key: Option<Vec<u8>>,
     /// Its content.
     pub content: Vec<u8>,
+}
+
+impl NewDoc {
+    /// A document at `path` with `content`.
+    pub fn new(path: impl Into<String>, content: Vec<u8>) -> NewDoc {
+        NewDoc { path: path.into(), key: None, content }
+    }
+
+    /// A document whose path is the bytes `key` (any bytes: a file name that may not be UTF-8).
+    pub fn with_key(key: Vec<u8>, content: Vec<u8>) -> NewDoc {
+        match String::from_utf8(key) {
+            Ok(path) => NewDoc { path, key: None, content },
+            Err(e) => {
+                let key = e.into_bytes();
+                NewDoc { path: display_path(&key), key: Some(key), content }
+            }
+        }
+    }
+
+    fn key(&self) -> &[u8] {
+        self.key.as_deref().unwrap_or(self.path.as_bytes())
+    }
 }
 
 /// A metadata change of one document: its path and `(key, Some(value))` to set or
@@ -220,6 +244,7 @@ pub struct Memory {
 /// A document's content prepared outside the write lock.
 struct Staged {
     path: String,
+    key: Vec<u8>,
     kind: Kind,
     text: Option<extract::Extracted>,
     prepared: Prepared,
@@ -349,11 +374,12 @@ impl Memory {
     }
 
     fn stage(&self, doc: NewDoc) -> Result<Staged> {
-        check_path(&doc.path)?;
+        check_key(doc.key())?;
+        let key = doc.key().to_vec();
         let kind = extract::detect(&doc.path, &doc.content);
         let text = if doc.content.len() as u64 <= MAX_INDEXED { extract::extract(kind, &doc.content) } else { None };
         let prepared = self.inner.store.prepare(&doc.content)?;
-        Ok(Staged { path: doc.path, kind, text, prepared })
+        Ok(Staged { path: doc.path, key, kind, text, prepared })
     }
 
     /// Adds documents (new paths, or new versions of existing paths) in one durable write.
@@ -398,16 +424,16 @@ impl Memory {
         // document are only reused after a removal, whose index delete open() has replayed).
         let first_new = w.next_id;
         let mut batch = self.inner.store.batch();
-        let mut touched: HashMap<String, (DocRecord, Option<DocRecord>)> = HashMap::new();
+        let mut touched: HashMap<Vec<u8>, (DocRecord, Option<DocRecord>)> = HashMap::new();
         let mut outs = Vec::with_capacity(jobs.len());
         let mut reindex: Vec<(u64, Option<extract::Extracted>)> = Vec::new();
         for job in jobs {
             let opts = &job.opts;
             let mut out = Vec::with_capacity(job.staged.len());
             for s in job.staged {
-                let before = match touched.get(&s.path) {
+                let before = match touched.get(&s.key) {
                     Some((now, _)) => Some(now.clone()),
-                    None => self.doc_by_path(&s.path)?,
+                    None => self.doc_by_key(&s.key)?,
                 };
                 let hash = s.prepared.id().to_hex();
                 let (mut doc, status) = match &before {
@@ -432,6 +458,7 @@ impl Memory {
                         let doc = DocRecord {
                             id,
                             path: s.path.clone(),
+                            raw_path: rows::raw_path(&s.key),
                             version,
                             hash: hash.clone(),
                             size: put.size,
@@ -463,12 +490,12 @@ impl Memory {
                 if changed {
                     doc.updated = now;
                 }
-                let original = match touched.remove(&s.path) {
+                let original = match touched.remove(&s.key) {
                     Some((_, original)) => original,
                     None => before,
                 };
                 out.push(Added { doc: doc.clone(), status });
-                touched.insert(s.path, (doc, original));
+                touched.insert(s.key, (doc, original));
             }
             outs.push(out);
         }
@@ -497,19 +524,27 @@ impl Memory {
     /// Adds one document from a reader, streaming its content into the store in bounded memory.
     /// The first 8 KiB decide its kind; content larger than [`MAX_INDEXED`] is stored but not
     /// indexed, otherwise the text is indexed as with [`Memory::add`].
-    pub fn add_reader(&self, path: &str, mut r: impl Read, opts: &AddOptions) -> Result<Added> {
-        check_path(path)?;
+    pub fn add_reader(&self, path: &str, r: impl Read, opts: &AddOptions) -> Result<Added> {
+        self.add_reader_key(path.as_bytes(), r, opts)
+    }
+
+    /// [`Memory::add_reader`] of a document whose path is the bytes `key` (a file name that
+    /// may not be UTF-8).
+    pub fn add_reader_key(&self, key: &[u8], mut r: impl Read, opts: &AddOptions) -> Result<Added> {
+        check_key(key)?;
+        let shown = display_path(key);
+        let path = shown.as_str();
         let mut head = Vec::with_capacity(MAX_INDEXED as usize / 64);
         (&mut r).take(MAX_INDEXED + 1).read_to_end(&mut head).map_err(|e| Error::io(path, e))?;
         if head.len() as u64 <= MAX_INDEXED {
-            let mut v = self.add(vec![NewDoc { path: path.to_string(), content: head }], opts)?;
+            let mut v = self.add(vec![NewDoc::with_key(key.to_vec(), head)], opts)?;
             return v.pop().ok_or_else(|| Error::InvalidArgument("nothing added".into()));
         }
         check_labels(opts)?;
         let kind = extract::detect(path, &head);
         let mut w = self.inner.write.lock();
         let now = rows::now_micros();
-        let before = self.doc_by_path(path)?;
+        let before = self.doc_by_key(key)?;
         let mut batch = self.inner.store.batch();
         let put = batch.put_reader(std::io::Cursor::new(head).chain(r))?;
         let hash = put.id.to_hex();
@@ -529,6 +564,7 @@ impl Memory {
         let mut doc = DocRecord {
             id,
             path: path.to_string(),
+            raw_path: rows::raw_path(key),
             version,
             hash: hash.clone(),
             size: put.size,
@@ -555,9 +591,22 @@ impl Memory {
         Ok(Added { doc, status })
     }
 
-    /// The document at `path`, if any.
+    /// The document at `path`, if any: the document whose path bytes are `path`'s, else, when
+    /// `path` shows bytes that are not UTF-8 as `\xHH` ([`display_path`]), the document whose
+    /// path bytes those are.
     pub fn doc_by_path(&self, path: &str) -> Result<Option<DocRecord>> {
-        let k = rows::path_key(path);
+        if let Some(d) = self.doc_by_key(path.as_bytes())? {
+            return Ok(Some(d));
+        }
+        match path_from_display(path) {
+            Some(key) => self.doc_by_key(&key),
+            None => Ok(None),
+        }
+    }
+
+    /// The document whose path is the bytes `key`, if any.
+    pub fn doc_by_key(&self, key: &[u8]) -> Result<Option<DocRecord>> {
+        let k = rows::path_key(key);
         match self.inner.rows.get(&k)? {
             Some(v) => self.doc_by_id(rows::id_value(&k, &v)?),
             None => Ok(None),
@@ -874,9 +923,10 @@ fn next_is_nonempty(rows: &Keyspace) -> Result<bool> {
     Ok(rows.prefix(rows::DOC).next().transpose()?.is_some())
 }
 
-fn check_path(path: &str) -> Result<()> {
-    if path.is_empty() || path.contains('\0') || path.len() > 4096 {
-        return Err(Error::InvalidArgument(format!("document path {path:?} must be 1..=4096 bytes without NUL")));
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() || key.contains(&0) || key.len() > 4096 {
+        let shown = display_path(key);
+        return Err(Error::InvalidArgument(format!("document path {shown:?} must be 1..=4096 bytes without NUL")));
     }
     Ok(())
 }
@@ -920,8 +970,8 @@ impl RowSink<'_, '_> {
 /// that no longer hold.
 fn write_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord, before: Option<&DocRecord>) -> Result<()> {
     sink.put(&rows::doc_key(doc.id), &encode(doc))?;
-    if before.is_none_or(|b| b.path != doc.path) {
-        sink.put(&rows::path_key(&doc.path), &doc.id.to_be_bytes())?;
+    if before.is_none_or(|b| b.key() != doc.key()) {
+        sink.put(&rows::path_key(&doc.key()), &doc.id.to_be_bytes())?;
     }
     let empty = DocRecord { tags: BTreeSet::new(), meta: BTreeMap::new(), ..doc.clone() };
     let before = before.unwrap_or(&empty);
@@ -946,7 +996,7 @@ fn write_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord, before: Option<&D
 
 fn delete_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord) -> Result<()> {
     sink.delete(&rows::doc_key(doc.id))?;
-    sink.delete(&rows::path_key(&doc.path))?;
+    sink.delete(&rows::path_key(&doc.key()))?;
     for t in &doc.tags {
         sink.delete(&rows::tag_key(t, doc.id))?;
     }

@@ -30,8 +30,13 @@ pub const FORMAT: u8 = 1;
 pub struct DocRecord {
     /// Document id.
     pub id: u64,
-    /// Its path (unique among documents).
+    /// Its path (unique among documents): a file's absolute path, or a name. A file name that
+    /// is not UTF-8 shows each byte that is not as `\xHH` ([`display_path`]); its bytes are
+    /// in `raw_path`.
     pub path: String,
+    /// The path's bytes in base64, when they are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_path: Option<String>,
     /// Current version (versions are numbered from 1).
     pub version: u32,
     /// Blob id of the current content, hex.
@@ -102,8 +107,61 @@ pub(crate) fn versions_prefix(id: u64) -> Vec<u8> {
     [VERSION, &id.to_be_bytes()].concat()
 }
 
-pub(crate) fn path_key(path: &str) -> Vec<u8> {
-    [PATH, path.as_bytes()].concat()
+pub(crate) fn path_key(path: &[u8]) -> Vec<u8> {
+    [PATH, path].concat()
+}
+
+/// A path's bytes as text: UTF-8 as it is, every byte that is not valid UTF-8 as `\xHH`.
+pub fn display_path(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    for chunk in b.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for byte in chunk.invalid() {
+            out.push_str(&format!("\\x{byte:02x}"));
+        }
+    }
+    out
+}
+
+/// The bytes a [`display_path`] names, when it has `\xHH` escapes (`None` otherwise, or when
+/// an escape is malformed).
+pub fn path_from_display(s: &str) -> Option<Vec<u8>> {
+    if !s.contains("\\x") {
+        return None;
+    }
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && b.get(i + 1) == Some(&b'x') {
+            let hex = std::str::from_utf8(b.get(i + 2..i + 4)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    Some(out)
+}
+
+impl DocRecord {
+    /// The bytes of its path (its identity among documents).
+    pub fn key(&self) -> Vec<u8> {
+        use base64::Engine;
+        match &self.raw_path {
+            Some(b) => {
+                base64::engine::general_purpose::STANDARD.decode(b).unwrap_or_else(|_| self.path.as_bytes().to_vec())
+            }
+            None => self.path.as_bytes().to_vec(),
+        }
+    }
+}
+
+/// `raw_path` for path bytes: base64 when they are not UTF-8.
+pub(crate) fn raw_path(key: &[u8]) -> Option<String> {
+    use base64::Engine;
+    std::str::from_utf8(key).is_err().then(|| base64::engine::general_purpose::STANDARD.encode(key))
 }
 
 pub(crate) fn tag_prefix(tag: &str) -> Vec<u8> {
@@ -256,6 +314,28 @@ mod tests {
         #[test]
         fn record_decoder_rejects_garbage(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
             let _ = decode::<DocRecord>(b"k", &b);
+        }
+    }
+
+    #[test]
+    fn display_paths_round_trip_what_is_not_utf8() {
+        assert_eq!(display_path(b"caf\xe9.txt"), "caf\\xe9.txt");
+        assert_eq!(display_path("café.txt".as_bytes()), "café.txt");
+        assert_eq!(path_from_display("caf\\xe9.txt").unwrap(), b"caf\xe9.txt");
+        assert_eq!(path_from_display("plain"), None);
+        assert_eq!(path_from_display("bad\\xzz"), None);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn display_paths_of_bytes_round_trip(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)) {
+            let shown = display_path(&b);
+            let back = path_from_display(&shown).unwrap_or_else(|| shown.as_bytes().to_vec());
+            // Invalid UTF-8 comes back exactly, unless it also holds a literal `\x` (then the
+            // document is found by its bytes, as a command line gives them).
+            if std::str::from_utf8(&b).is_err() && !b.windows(2).any(|w| w == b"\\x") {
+                proptest::prop_assert_eq!(back, b);
+            }
         }
     }
 

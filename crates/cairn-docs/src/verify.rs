@@ -61,7 +61,7 @@ impl Memory {
         }
         for d in docs.values() {
             let doc = format!("document {}", d.path);
-            match rows_ks.get(rows::path_key(&d.path))? {
+            match rows_ks.get(rows::path_key(&d.key()))? {
                 Some(v) if rows::id_value(b"p", &v).ok() == Some(d.id) => {}
                 Some(_) => {
                     r.push(format!("the path row of {} names another document", d.path), vec![doc.clone()], false)

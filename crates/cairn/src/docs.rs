@@ -10,12 +10,13 @@
 
 use std::collections::BTreeMap;
 use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use cairn_docs::{AddOptions, AddStatus, DocRecord, Memory, NewDoc, QueryMode, VersionRecord};
 use serde::{Deserialize, Serialize};
 
-pub use cairn_docs::{DocRecord as Doc, VersionRecord as Version, format_time, parse_time};
+pub use cairn_docs::{DocRecord as Doc, VersionRecord as Version, display_path, format_time, parse_time};
 
 use crate::text::Blob;
 use crate::{Cairn, Call, Error, Progress, Result, absolute};
@@ -567,6 +568,11 @@ fn added_doc(a: &cairn_docs::Added) -> AddedDoc {
     }
 }
 
+/// A file path as a document path: its bytes, shown as [`display_path`] does.
+fn shown(p: &Path) -> String {
+    cairn_docs::display_path(p.as_os_str().as_bytes())
+}
+
 /// The working directory relative paths of `call` are resolved against.
 fn cwd(call: &Call<'_>, what: &str) -> Result<PathBuf> {
     call.cwd.clone().ok_or_else(|| Error::bad_request(format!("{what}: a relative path needs a working directory")))
@@ -586,17 +592,14 @@ impl Cairn {
             };
         }
         if r.starts_with('/') {
-            let p = absolute(Path::new("/"), Path::new(r)).to_string_lossy().into_owned();
+            let p = shown(&absolute(Path::new("/"), Path::new(r)));
             return match m.doc_by_path(&p)? {
                 Some(d) => Ok(d.path),
                 None => Err(Error::not_found(format!("no document {r}"))),
             };
         }
         let file = match &call.cwd {
-            Some(cwd) => {
-                let p = absolute(cwd, Path::new(r)).to_string_lossy().into_owned();
-                m.doc_by_path(&p)?.map(|d| d.path)
-            }
+            Some(cwd) => m.doc_by_path(&shown(&absolute(cwd, Path::new(r))))?.map(|d| d.path),
             None => None,
         };
         let relative_path = r.starts_with("./") || r.starts_with("../");
@@ -631,7 +634,7 @@ impl Cairn {
                 (None, Some(b)) => crate::text::from_base64(b, "content_base64")?,
                 _ => return Err(Error::bad_request(format!("{name}: give exactly one of content and content_base64"))),
             };
-            named.push(NewDoc { path: name, content });
+            named.push(NewDoc::new(name, content));
         }
         let stdin_name = req.stdin.as_deref().map(check_name).transpose()?.map(str::to_string);
         let mut files = Vec::new();
@@ -731,7 +734,10 @@ impl Cairn {
             Ok::<(), Error>(())
         };
         for f in files {
-            let path = f.to_string_lossy().into_owned();
+            // A file's path is its bytes: two names that differ only in bytes that are not
+            // UTF-8 stay two documents.
+            let key = f.as_os_str().as_bytes().to_vec();
+            let path = cairn_docs::display_path(&key);
             let opened = std::fs::File::open(f).and_then(|h| Ok((h.metadata()?.len(), h)));
             let (size, mut file) = match opened {
                 Ok(x) => x,
@@ -742,7 +748,7 @@ impl Cairn {
                 }
             };
             if size > cairn_docs::MAX_INDEXED {
-                added.push(m.add_reader(&path, file, opts)?);
+                added.push(m.add_reader_key(&key, file, opts)?);
                 progress.done += 1;
                 progress.bytes += size;
                 report(&progress);
@@ -755,7 +761,7 @@ impl Cairn {
                 continue;
             }
             window_bytes += content.len() as u64;
-            window.push(NewDoc { path, content });
+            window.push(NewDoc::with_key(key, content));
             if window.len() >= 2000 || window_bytes >= 64 << 20 {
                 flush(&mut window, added, &mut progress)?;
                 window_bytes = 0;
@@ -822,9 +828,11 @@ impl Cairn {
     pub fn restore(&self, req: RestoreRequest, call: &Call<'_>) -> Result<RestoreResult> {
         let m = self.memory(false)?;
         let path = self.resolve_doc(&m, &req.doc, call)?;
+        let doc = m.get(&path)?;
         let dest = match &req.to {
             Some(to) => resolve_path(call, to, "restore")?,
-            None if path.starts_with('/') => PathBuf::from(&path),
+            // A file document goes back to its own file (its path's bytes).
+            None if path.starts_with('/') => PathBuf::from(std::ffi::OsStr::from_bytes(&doc.key())),
             None => {
                 let cwd = cwd(call, "restore of a named document without a destination")?;
                 let dest = absolute(&cwd, Path::new(&path));
@@ -837,7 +845,6 @@ impl Cairn {
             }
         };
         call.access.check_path(&dest, "restore")?;
-        let doc = m.get(&path)?;
         let version = req.version.unwrap_or(doc.version);
         let mut r = m.reader(&path, Some(version))?;
         let dir = dest.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("/"));

@@ -41,8 +41,8 @@ fn workload(storage: &MemStorage, index: &Path) -> Acked {
                 let j = (step + 5) % 12;
                 let p2 = format!("/d/{j}");
                 let docs = vec![
-                    NewDoc { path: path.clone(), content: text(i, v).into_bytes() },
-                    NewDoc { path: p2.clone(), content: text(j, v + 7).into_bytes() },
+                    NewDoc::new(path.clone(), text(i, v).into_bytes()),
+                    NewDoc::new(p2.clone(), text(j, v + 7).into_bytes()),
                 ];
                 m.add(docs, &AddOptions::default()).map(|_| {
                     for (p, k, vv) in [(&path, i, v), (&p2, j, v + 7)] {
@@ -62,12 +62,10 @@ fn workload(storage: &MemStorage, index: &Path) -> Acked {
                     }
                 })
             }
-            _ => m
-                .add(vec![NewDoc { path: path.clone(), content: text(i, v).into_bytes() }], &AddOptions::default())
-                .map(|_| {
-                    let tag = acked.get(&path).cloned().flatten().and_then(|(_, t)| t);
-                    acked.insert(path.clone(), Some((text(i, v), tag)));
-                }),
+            _ => m.add(vec![NewDoc::new(path.clone(), text(i, v).into_bytes())], &AddOptions::default()).map(|_| {
+                let tag = acked.get(&path).cloned().flatten().and_then(|(_, t)| t);
+                acked.insert(path.clone(), Some((text(i, v), tag)));
+            }),
         };
         if r.is_err() {
             break;

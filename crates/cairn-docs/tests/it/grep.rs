@@ -22,7 +22,7 @@ fn regex_case_word_fixed_and_context() {
     let m = crate::open(t.path());
     add(&m, "b.txt", "one\ntwo Foo\nthree\nfour\nfive\nsix\nseven foo.bar\n");
     add(&m, "a.txt", "fooXbar\nnothing\n");
-    m.add(vec![cairn_docs::NewDoc { path: "bin".into(), content: b"foo\0foo".to_vec() }], &tagged(&["x"])).unwrap();
+    m.add(vec![cairn_docs::NewDoc::new("bin", b"foo\0foo".to_vec())], &tagged(&["x"])).unwrap();
 
     let r = grep(&m, opts("foo"));
     assert_eq!(r.iter().map(|f| f.path.as_str()).collect::<Vec<_>>(), ["a.txt", "b.txt"], "binary skipped, path order");

@@ -20,7 +20,7 @@ pub fn open(dir: &Path) -> Memory {
 
 /// A document with text content.
 pub fn doc(path: &str, content: &str) -> NewDoc {
-    NewDoc { path: path.to_string(), content: content.as_bytes().to_vec() }
+    NewDoc::new(path.to_string(), content.as_bytes().to_vec())
 }
 
 /// Adds one document with default options.

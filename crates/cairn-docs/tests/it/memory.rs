@@ -54,7 +54,7 @@ fn one_batch_with_the_same_path_twice_makes_two_versions() {
 fn binary_content_is_stored_not_indexed() {
     let t = tempfile::tempdir().unwrap();
     let m = crate::open(t.path());
-    let bin = NewDoc { path: "img.png".into(), content: vec![0x89, b'P', b'N', b'G', 0, 1, 2, 0xff] };
+    let bin = NewDoc::new("img.png", vec![0x89, b'P', b'N', b'G', 0, 1, 2, 0xff]);
     let a = m.add(vec![bin.clone()], &AddOptions::default()).unwrap().pop().unwrap();
     assert!(!a.doc.indexed);
     assert_eq!(a.doc.mime, "application/octet-stream");
