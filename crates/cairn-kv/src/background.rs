@@ -105,8 +105,16 @@ fn flush_loop(inner: &Arc<DbInner>) {
             }
             // Every frozen memtable waiting goes into one table (see `build_table`).
             let mems: Vec<Arc<Memtable>> = st.imms.iter().cloned().collect();
+            let file_no = match st.alloc_file_no() {
+                Ok(no) => no,
+                Err(e) => {
+                    drop(st);
+                    inner.poison(format!("memtable flush failed: {e}"));
+                    return;
+                }
+            };
             st.flushing = true;
-            (mems, st.alloc_file_no(), inner.snapshots.list())
+            (mems, file_no, inner.snapshots.list())
         };
         inner.failpoint("flush.build");
         let setup = |out: &mut TableOutput<'_>| {
@@ -197,7 +205,8 @@ fn compaction_loop(inner: &Arc<DbInner>) {
 /// Makes `edit` durable and installs the resulting version. Tables the edit removes are deleted
 /// once no reader uses them. Range tombstones that no table needs any more are dropped.
 pub(crate) fn log_and_apply(inner: &DbInner, st: &mut State, mut edit: VersionEdit) -> Result<()> {
-    edit.next_file_number = Some(st.next_file_no);
+    let limit = st.files.edit_limit();
+    edit.next_file_number = Some(limit);
     edit.last_seq = Some(inner.visible_seq());
     let mut next = st.version.apply(&edit, &inner.cleaner)?;
     let obsolete = next.obsolete_tombstones();
@@ -206,17 +215,20 @@ pub(crate) fn log_and_apply(inner: &DbInner, st: &mut State, mut edit: VersionEd
         next = st.version.apply(&edit, &inner.cleaner)?;
     }
     let res = if st.manifest.len() > MANIFEST_ROLL_BYTES {
-        let no = st.alloc_file_no();
-        let mut first = next.snapshot_edit();
-        first.log_number = edit.log_number.or(Some(st.oldest_log()));
-        first.next_file_number = Some(st.next_file_no);
-        first.last_seq = edit.last_seq;
-        ManifestWriter::create(&inner.storage, &inner.dir, no, &first).map(|m| {
-            let old = std::mem::replace(&mut st.manifest, m);
-            let _ = inner.storage.remove_file(&inner.dir.join(crate::manifest::manifest_name(old.number)));
+        st.alloc_file_no().and_then(|no| {
+            let limit = st.files.edit_limit();
+            let mut first = next.snapshot_edit();
+            first.log_number = edit.log_number.or(Some(st.oldest_log()));
+            first.next_file_number = Some(limit);
+            first.last_seq = edit.last_seq;
+            ManifestWriter::create(&inner.storage, &inner.dir, no, &first).map(|m| {
+                st.files.recorded(limit);
+                let old = std::mem::replace(&mut st.manifest, m);
+                let _ = inner.storage.remove_file(&inner.dir.join(crate::manifest::manifest_name(old.number)));
+            })
         })
     } else {
-        st.manifest.append(&edit)
+        st.manifest.append(&edit).map(|()| st.files.recorded(limit))
     };
     if let Err(e) = res {
         inner.poison(format!("MANIFEST write failed: {e}"));

@@ -102,17 +102,18 @@ pub(crate) struct State {
     pub imms: VecDeque<Arc<Memtable>>,
     pub version: Arc<Version>,
     pub manifest: ManifestWriter,
-    pub next_file_no: u64,
+    /// File numbers, accounted for in `manifest`.
+    pub files: crate::manifest::FileNumbers,
     /// The compactions running and what they hold.
     pub compaction: crate::compaction::Compacting,
     pub flushing: bool,
 }
 
 impl State {
-    pub fn alloc_file_no(&mut self) -> u64 {
-        let n = self.next_file_no;
-        self.next_file_no += 1;
-        n
+    /// Hands out a file number (see [`crate::manifest::FileNumbers`]); fails only if the
+    /// MANIFEST edit that must first raise its limit fails.
+    pub fn alloc_file_no(&mut self) -> Result<u64> {
+        self.files.alloc(&mut self.manifest)
     }
 
     /// The oldest write-ahead log still needed: that of the oldest memtable not flushed.
@@ -204,6 +205,8 @@ pub(crate) struct DbInner {
     pub pacer: Arc<crate::pacer::Pacer>,
     #[cfg(feature = "failpoints")]
     pub failpoint_hook: Mutex<Option<FailpointHook>>,
+    /// What opening found and did.
+    pub recovery: crate::recovery::RecoveryReport,
     _lock: Box<dyn FileLock>,
 }
 
@@ -223,6 +226,7 @@ impl DbInner {
         wal: Wal,
         last_seq: SeqNo,
         lock: Box<dyn FileLock>,
+        recovery: crate::recovery::RecoveryReport,
     ) -> Self {
         let sv = SuperVersion::of(&state, opts.memtable_size);
         let pacer =
@@ -247,6 +251,7 @@ impl DbInner {
             pacer,
             #[cfg(feature = "failpoints")]
             failpoint_hook: Mutex::new(None),
+            recovery,
             _lock: lock,
         }
     }
@@ -510,6 +515,12 @@ impl Db {
     /// The database directory.
     pub fn path(&self) -> &Path {
         &self.inner().dir
+    }
+
+    /// What opening the database found and did that its user should know of: files it could
+    /// not account for and set aside (never deleted).
+    pub fn recovery_report(&self) -> crate::RecoveryReport {
+        self.inner().recovery.clone()
     }
 
     /// Sets `key` to `value`, durably.

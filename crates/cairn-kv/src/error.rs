@@ -65,6 +65,37 @@ pub enum Error {
     /// The database is shutting down.
     #[error("database is closed")]
     Closed,
+    /// The directory holds a database's files that its state cannot account for: `CURRENT` or
+    /// the MANIFEST it names is missing or damaged while tables, logs or MANIFESTs are
+    /// present, or the MANIFEST names tables that are gone. Nothing was changed; `Db::repair`
+    /// rebuilds the state from the files that are there.
+    #[error(
+        "cannot open the database at {}: {reason}; it holds {}; nothing was changed (Db::repair rebuilds the MANIFEST from the tables and logs present)",
+        dir.display(),
+        list_files(files)
+    )]
+    NeedsRepair {
+        /// The database directory.
+        dir: PathBuf,
+        /// What is missing or damaged.
+        reason: String,
+        /// The files concerned, by name: the database's files found (or, when the MANIFEST
+        /// names missing tables, those tables).
+        files: Vec<String>,
+        /// The error met reading `CURRENT` or the MANIFEST, if any.
+        #[source]
+        source: Option<Box<Error>>,
+    },
+}
+
+/// The first few of `files`, for a message.
+fn list_files(files: &[String]) -> String {
+    const SHOWN: usize = 12;
+    let mut s = files.iter().take(SHOWN).map(String::as_str).collect::<Vec<_>>().join(", ");
+    if files.len() > SHOWN {
+        s.push_str(&format!(" and {} more", files.len() - SHOWN));
+    }
+    if s.is_empty() { "no files".into() } else { s }
 }
 
 impl Error {
@@ -83,9 +114,10 @@ impl Error {
         matches!(self, Error::Conflict { .. })
     }
 
-    /// True for [`Error::Corruption`].
+    /// True for [`Error::Corruption`], and for [`Error::NeedsRepair`] (damage to the
+    /// database's state as a whole).
     pub fn is_corruption(&self) -> bool {
-        matches!(self, Error::Corruption { .. })
+        matches!(self, Error::Corruption { .. } | Error::NeedsRepair { .. })
     }
 }
 

@@ -137,13 +137,19 @@ impl<'a> TableOutput<'a> {
 
     /// Adds an entry, starting a new table (numbered by `alloc`) when needed. Tables are only
     /// cut between user keys, so one key's versions never span two tables of a level.
-    pub fn add(&mut self, ikey: &[u8], value: &[u8], alloc: &mut dyn FnMut() -> u64) -> Result<()> {
+    pub fn add(&mut self, ikey: &[u8], value: &[u8], alloc: &mut dyn FnMut() -> Result<u64>) -> Result<()> {
         self.add_marked(ikey, value, false, alloc)
     }
 
     /// [`TableOutput::add`], marking the entry as read from a block readers come back to
     /// when `hot` ([`TableBuilder::add_marked`]).
-    pub fn add_marked(&mut self, ikey: &[u8], value: &[u8], hot: bool, alloc: &mut dyn FnMut() -> u64) -> Result<()> {
+    pub fn add_marked(
+        &mut self,
+        ikey: &[u8],
+        value: &[u8],
+        hot: bool,
+        alloc: &mut dyn FnMut() -> Result<u64>,
+    ) -> Result<()> {
         let uk = key::user_key(ikey);
         if let Some(b) = &self.builder
             && b.estimated_size() >= self.target_size
@@ -152,9 +158,9 @@ impl<'a> TableOutput<'a> {
             self.finish_current()?;
         }
         if self.builder.is_none() {
-            let no = alloc();
+            let no = alloc()?;
             let path = TableCache::table_path(self.dir, no);
-            let mut file = self.storage.create(&path).at(&path)?;
+            let mut file = self.storage.create_new(&path).at(&path)?;
             if let Some((pacer, level, chunk)) = &self.paced {
                 file = Box::new(PacedFile { file, pacer: pacer.clone(), level: *level, chunk: *chunk, unpaced: 0 });
             }
@@ -316,7 +322,7 @@ pub(crate) fn build_table(
     let mut filter = VersionFilter::new(snapshots, false, frag.as_deref());
     let mut out = TableOutput::new(storage, dir, opts, u64::MAX);
     setup(&mut out);
-    let mut alloc = || file_no;
+    let mut alloc = || Ok(file_no);
     if let [one] = mems {
         // Walking the skiplist's links directly is cheaper than a merge of one.
         for (k, v) in one.entries() {

@@ -35,7 +35,7 @@ impl ManifestWriter {
     /// `CURRENT` at it.
     pub fn create(storage: &Arc<dyn Storage>, dir: &Path, number: u64, first: &VersionEdit) -> Result<Self> {
         let path = dir.join(manifest_name(number));
-        let file = storage.create(&path).at(&path)?;
+        let file = storage.create_new(&path).at(&path)?;
         let mut log = LogWriter::create(file, path, MANIFEST_MAGIC)?;
         let mut buf = Vec::new();
         first.encode(&mut buf);
@@ -55,6 +55,65 @@ impl ManifestWriter {
 
     pub fn len(&self) -> u64 {
         self.log.len()
+    }
+}
+
+/// File numbers the MANIFEST records ahead of use ([`FileNumbers`]): every edit reserves at
+/// least this many past the next one.
+pub(crate) const RESERVED_FILE_NUMBERS: u64 = 64;
+
+/// The counter of file numbers, shared by tables, logs and MANIFESTs, kept so that the
+/// MANIFEST always accounts for every number handed out.
+///
+/// Each edit records, as its `next_file_number`, a limit at least
+/// [`RESERVED_FILE_NUMBERS`] above the next number; a number at the limit is handed out only
+/// after an edit raising it is durable. So every file the engine ever made is numbered below
+/// the limit its MANIFEST records, and at open a table that no version names is either an
+/// obsolete one of this database (below the limit: deleted) or one the database cannot
+/// account for (at or above it: set aside, never deleted).
+#[derive(Debug)]
+pub(crate) struct FileNumbers {
+    next: u64,
+    /// The limit the MANIFEST records.
+    limit: u64,
+}
+
+impl FileNumbers {
+    /// A counter starting at `next`, with `limit` recorded in the MANIFEST.
+    pub fn new(next: u64, limit: u64) -> Self {
+        FileNumbers { next, limit }
+    }
+
+    /// The limit the next edit should record: at least [`RESERVED_FILE_NUMBERS`] above the
+    /// next number. Call [`FileNumbers::recorded`] once the edit is durable.
+    pub fn edit_limit(&self) -> u64 {
+        self.limit.max(self.next.saturating_add(RESERVED_FILE_NUMBERS))
+    }
+
+    /// Notes that an edit recording `limit` is durable.
+    pub fn recorded(&mut self, limit: u64) {
+        self.limit = self.limit.max(limit);
+    }
+
+    /// Hands out the next number without checking it against the limit: for the numbers a
+    /// new MANIFEST is about to record a limit above (its own, and the logs made with it).
+    pub fn take_unrecorded(&mut self) -> u64 {
+        let n = self.next;
+        self.next += 1;
+        n
+    }
+
+    /// Hands out the next number, first raising the MANIFEST's limit (an edit appended to
+    /// `manifest`) if the number is at it.
+    pub fn alloc(&mut self, manifest: &mut ManifestWriter) -> Result<u64> {
+        if self.next >= self.limit {
+            let limit = self.edit_limit();
+            manifest.append(&VersionEdit { next_file_number: Some(limit), ..VersionEdit::default() })?;
+            self.recorded(limit);
+        }
+        let n = self.next;
+        self.next += 1;
+        Ok(n)
     }
 }
 

@@ -1,6 +1,16 @@
 //! Opening a database: lock the directory, replay the MANIFEST named by `CURRENT`, replay the
 //! write-ahead logs newer than the last flush into tables, start a new MANIFEST and WAL, and
-//! delete files no version refers to.
+//! delete the files the recovered state shows to be obsolete.
+//!
+//! Opening never deletes or reuses a file it cannot account for. Without a usable `CURRENT`
+//! and MANIFEST, a directory holding a database's files is refused
+//! ([`Error::NeedsRepair`]); only one holding none of them (or only what an interrupted
+//! creation leaves, which holds no data) becomes a new database. A table no version names is
+//! deleted only if its number is below the limit the MANIFEST recorded (see
+//! [`FileNumbers`]: every file this database made is numbered below it); one at or above it,
+//! which the database did not make, is set aside under `lost/` and reported
+//! ([`RecoveryReport::set_aside`]). New files take numbers above every file present and are
+//! created new ([`Storage::create_new`]), never over an existing one.
 
 use std::collections::{HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -13,7 +23,7 @@ use crate::error::IoContext;
 use crate::flush::build_table;
 use crate::key::{SeqNo, ValueKind};
 use crate::log::{LogTail, read_log};
-use crate::manifest::{ManifestWriter, parse_manifest_name, read_current};
+use crate::manifest::{FileNumbers, ManifestWriter, parse_manifest_name, read_current};
 use crate::memtable::{Memtable, Splice};
 use crate::spare_log::{SpareLog, create_wal};
 use crate::storage::Storage;
@@ -25,12 +35,36 @@ use crate::{Error, Options, Result};
 /// Magic of write-ahead log files.
 pub(crate) const WAL_MAGIC: [u8; 8] = *b"CAIRNWAL";
 
+/// Subdirectory of the database directory where files the engine cannot account for, or
+/// cannot read (`Db::repair`), are moved instead of being deleted.
+pub const LOST_DIR: &str = "lost";
+
 pub(crate) fn wal_path(dir: &Path, number: u64) -> PathBuf {
     dir.join(format!("{number:06}.log"))
 }
 
 fn parse_numbered(name: &str, suffix: &str) -> Option<u64> {
     name.strip_suffix(suffix)?.parse().ok()
+}
+
+/// The number of an engine file's name (`NNNNNN.sst`, `NNNNNN.log`, `MANIFEST-NNNNNN`).
+pub(crate) fn file_number(name: &str) -> Option<u64> {
+    parse_numbered(name, ".sst").or_else(|| parse_numbered(name, ".log")).or_else(|| parse_manifest_name(name))
+}
+
+/// Whether `name` is one of the engine's files (`CURRENT`, `CURRENT.tmp` or a numbered file).
+pub(crate) fn is_engine_file(name: &str) -> bool {
+    name == "CURRENT" || name == "CURRENT.tmp" || file_number(name).is_some()
+}
+
+/// What opening found and did that the caller should know of ([`crate::Db::recovery_report`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoveryReport {
+    /// Files the recovered state could not account for (tables and MANIFESTs numbered at or
+    /// above the MANIFEST's next file number that no version names), moved to these paths
+    /// under `lost/` rather than deleted.
+    pub set_aside: Vec<PathBuf>,
 }
 
 fn check_options(o: &Options) -> Result<()> {
@@ -47,10 +81,118 @@ fn check_options(o: &Options) -> Result<()> {
     Ok(())
 }
 
+/// Names of the entries of `dir`, none if it does not exist.
+fn list_names(storage: &dyn Storage, dir: &Path) -> Result<Vec<String>> {
+    match storage.list_dir(dir) {
+        Ok(mut names) => {
+            names.sort();
+            Ok(names)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(Error::io(dir, e)),
+    }
+}
+
+/// The engine files of `names` that hold, or may hold, data: every table, every log holding a
+/// write or not readable as a log, and every MANIFEST naming a table or range tombstone or not
+/// readable. What an interrupted creation leaves (a MANIFEST describing nothing, or cut short
+/// before its first record; an empty log) holds none.
+fn files_with_data(storage: &dyn Storage, dir: &Path, names: &[String]) -> Vec<String> {
+    let holds_data = |name: &String| -> bool {
+        if name.ends_with(".sst") {
+            return parse_numbered(name, ".sst").is_some();
+        }
+        let magic = if parse_numbered(name, ".log").is_some() {
+            WAL_MAGIC
+        } else if parse_manifest_name(name).is_some() {
+            crate::manifest::MANIFEST_MAGIC
+        } else {
+            return false;
+        };
+        let path = dir.join(name);
+        let Ok(data) = storage.read_all(&path) else { return true };
+        let Ok((records, _)) = read_log(&data, &path, magic) else { return true };
+        if magic == WAL_MAGIC {
+            // (An end record, empty, holds no write.)
+            return records.iter().any(|(_, payload)| !payload.is_empty());
+        }
+        records.iter().any(|(_, payload)| match VersionEdit::decode(payload) {
+            Ok(e) => !e.new_files.is_empty() || !e.added_tombstones.is_empty() || e.last_seq.is_some_and(|s| s > 0),
+            Err(_) => true,
+        })
+    };
+    names.iter().filter(|n| holds_data(n)).cloned().collect()
+}
+
+/// The engine's files among `names`.
+fn engine_files(names: &[String]) -> Vec<String> {
+    names.iter().filter(|n| is_engine_file(n)).cloned().collect()
+}
+
+fn needs_repair(dir: &Path, reason: impl Into<String>, files: Vec<String>, source: Option<Error>) -> Error {
+    Error::NeedsRepair { dir: dir.to_path_buf(), reason: reason.into(), files, source: source.map(Box::new) }
+}
+
+/// Moves `names` (files of `dir`) into `dir/lost/`, under a name of their own there, and
+/// makes the moves durable. Returns the new paths.
+pub(crate) fn set_aside(storage: &dyn Storage, dir: &Path, names: &[String]) -> Result<Vec<PathBuf>> {
+    if names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let lost = dir.join(LOST_DIR);
+    storage.create_dir_all(&lost).at(&lost)?;
+    let mut moved = Vec::new();
+    for name in names {
+        let mut to = lost.join(name);
+        let mut n = 1;
+        while storage.exists(&to) {
+            to = lost.join(format!("{name}.{n}"));
+            n += 1;
+        }
+        let from = dir.join(name);
+        storage.rename(&from, &to).at(&from)?;
+        moved.push(to);
+    }
+    storage.sync_dir(&lost).at(&lost)?;
+    storage.sync_dir(dir).at(dir)?;
+    Ok(moved)
+}
+
+/// The MANIFEST opening writes: made when the first file number is needed (a table replayed
+/// logs are flushed to) or at the end, so that every number handed out is below the limit a
+/// durable MANIFEST records.
+struct NewManifest {
+    writer: Option<ManifestWriter>,
+}
+
+impl NewManifest {
+    /// Makes the MANIFEST, holding `first` (the version as recovered so far), if not made yet.
+    fn make(
+        &mut self,
+        storage: &Arc<dyn Storage>,
+        dir: &Path,
+        files: &mut FileNumbers,
+        mut first: VersionEdit,
+    ) -> Result<&mut ManifestWriter> {
+        if self.writer.is_none() {
+            let no = files.take_unrecorded();
+            let limit = files.edit_limit();
+            first.next_file_number = Some(limit);
+            self.writer = Some(ManifestWriter::create(storage, dir, no, &first)?);
+            files.recorded(limit);
+        }
+        self.writer.as_mut().ok_or(Error::Closed)
+    }
+}
+
 pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Result<DbInner> {
     check_options(&opts)?;
     let exists = storage.exists(&dir.join("CURRENT"));
     if !exists && !opts.create_if_missing {
+        let data = files_with_data(&*storage, dir, &list_names(&*storage, dir)?);
+        if !data.is_empty() {
+            return Err(needs_repair(dir, "CURRENT is missing", engine_files(&data), None));
+        }
         return Err(Error::InvalidArgument(format!("no database at {} (create_if_missing is off)", dir.display())));
     }
     if exists && opts.error_if_exists {
@@ -62,39 +204,88 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
         std::io::ErrorKind::WouldBlock => Error::Locked(dir.to_path_buf()),
         _ => Error::io(&lock_path, e),
     })?;
+    let names = list_names(&*storage, dir)?;
 
     let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
     let table_cache =
         Arc::new(TableCache::new(storage.clone(), dir.to_path_buf(), opts.max_open_files.max(1), block_cache.clone()));
     let cleaner = Cleaner::new(storage.clone(), dir.to_path_buf(), table_cache.clone());
 
-    // 1. The MANIFEST.
+    // 1. The MANIFEST. Files that hold no data (what an interrupted creation leaves) may be
+    //    deleted; files that do, without a usable MANIFEST, refuse the open.
     let mut version = Version::empty(opts.num_levels);
     let mut log_number = 0;
-    let mut next_file_no = 1;
+    // Every file this database made is numbered below `limit` (see `FileNumbers`).
+    let mut limit = 0;
     let mut last_seq: SeqNo = 0;
+    let mut current_manifest = None;
     if exists {
-        let (number, edits) = read_current(&storage, dir)?;
+        let damaged = |e: Error| match e {
+            Error::Corruption { .. } => {
+                needs_repair(dir, "CURRENT or the MANIFEST it names is damaged", engine_files(&names), Some(e))
+            }
+            Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                needs_repair(dir, "the MANIFEST CURRENT names is missing", engine_files(&names), Some(e))
+            }
+            e => e,
+        };
+        let (number, edits) = read_current(&storage, dir).map_err(damaged)?;
         for e in &edits {
             version = version.apply(e, &cleaner)?;
             log_number = e.log_number.unwrap_or(log_number);
-            next_file_no = e.next_file_number.unwrap_or(next_file_no);
+            limit = limit.max(e.next_file_number.unwrap_or(0));
             last_seq = e.last_seq.unwrap_or(last_seq);
         }
-        version.check_invariants().map_err(|why| Error::corruption(dir.join("CURRENT"), 0, why))?;
-        next_file_no = next_file_no.max(number + 1);
-    }
-    let names = storage.list_dir(dir).at(dir)?;
-    for n in &names {
-        for suffix in [".log", ".sst"] {
-            if let Some(no) = parse_numbered(n, suffix) {
-                next_file_no = next_file_no.max(no + 1);
-            }
-        }
-        if let Some(no) = parse_manifest_name(n) {
-            next_file_no = next_file_no.max(no + 1);
+        version.check_invariants().map_err(|why| damaged(Error::corruption(dir.join("CURRENT"), 0, why)))?;
+        limit = limit.max(number + 1);
+        current_manifest = Some(number);
+    } else {
+        let data = files_with_data(&*storage, dir, &names);
+        if !data.is_empty() {
+            return Err(needs_repair(dir, "CURRENT is missing", engine_files(&names), None));
         }
     }
+    let live = version.all_file_numbers();
+    let present: HashSet<u64> = names.iter().filter_map(|n| parse_numbered(n, ".sst")).collect();
+    let mut missing: Vec<String> =
+        live.iter().filter(|no| !present.contains(no)).map(|&no| format!("{no:06}.sst")).collect();
+    if !missing.is_empty() {
+        missing.sort();
+        return Err(needs_repair(dir, "the MANIFEST names tables that are missing", missing, None));
+    }
+
+    // Files the state does not account for are set aside; numbers go above every file present
+    // (set aside ones included).
+    let unaccounted: Vec<String> = if exists {
+        names
+            .iter()
+            .filter(|n| match (parse_numbered(n, ".sst"), parse_manifest_name(n)) {
+                (Some(no), _) => !live.contains(&no) && no >= limit,
+                (_, Some(no)) => Some(no) != current_manifest && no >= limit,
+                _ => false,
+            })
+            .cloned()
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let report = RecoveryReport { set_aside: set_aside(&*storage, dir, &unaccounted)?, ..RecoveryReport::default() };
+    let lost_names = list_names(&*storage, &dir.join(LOST_DIR))?;
+    let next_file_no = names
+        .iter()
+        .filter_map(|n| file_number(n))
+        .chain(lost_names.iter().filter_map(|n| lost_number(n)))
+        .fold(limit.max(1), |m, no| m.max(no.saturating_add(1)));
+    let mut files = FileNumbers::new(next_file_no, next_file_no);
+    let mut new_manifest = NewManifest { writer: None };
+    // The first edit of a MANIFEST made before the end: the version as recovered from the old one.
+    let recovered_seq = last_seq;
+    let recovered_edit = move |version: &Version| {
+        let mut e = version.snapshot_edit();
+        e.log_number = Some(log_number);
+        e.last_seq = Some(recovered_seq);
+        e
+    };
 
     // 2. Replay write-ahead logs not yet flushed, oldest first, into level-0 tables.
     let mut wals: Vec<u64> =
@@ -177,7 +368,9 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             if mem.approximate_bytes() + pending_bytes >= opts.memtable_size {
                 insert_sorted(&mem, &mut pending);
                 pending_bytes = 0;
-                flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
+                let manifest = new_manifest.make(&storage, dir, &mut files, recovered_edit(&version))?;
+                let no = files.alloc(manifest)?;
+                flush_recovered(&storage, dir, &opts, &mem, no, &mut edit)?;
                 mem = Arc::new(Memtable::new(0, opts.memtable_size));
                 flushed_during_replay = true;
             }
@@ -201,42 +394,81 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     let clean_close = prev.as_ref().is_some_and(|p| p.ended && p.torn.is_none() && p.last == Some(last_seq));
     let keep_frozen = !mem.is_empty() && clean_close && torn.is_none() && !flushed_during_replay;
     if !mem.is_empty() && !keep_frozen {
-        flush_recovered(&storage, dir, &opts, &mem, &mut next_file_no, &mut edit)?;
+        let manifest = new_manifest.make(&storage, dir, &mut files, recovered_edit(&version))?;
+        let no = files.alloc(manifest)?;
+        flush_recovered(&storage, dir, &opts, &mem, no, &mut edit)?;
     }
     version = version.apply(&edit, &cleaner)?;
 
-    // 3. A new MANIFEST describing everything (CURRENT switches atomically), then the new WAL.
-    //    The WAL comes second: until CURRENT names the new MANIFEST the old logs are the truth,
+    // 3. The new MANIFEST describing everything (CURRENT switches atomically; made earlier if
+    //    tables were flushed), then the new WAL. The WAL comes second: until CURRENT names the
+    //    new MANIFEST (and it names the logs replayed as flushed) the old logs are the truth,
     //    and a new log beside them would make the newest of them look older than it is.
-    let wal_no = next_file_no;
-    let manifest_no = next_file_no + 1;
-    let spare_no = next_file_no + 2;
-    next_file_no += 3;
+    let (manifest, wal_no, spare_no) = match new_manifest.writer {
+        None => {
+            let wal_no = files.take_unrecorded();
+            let manifest_no = files.take_unrecorded();
+            let spare_no = files.take_unrecorded();
+            let log_number = if keep_frozen { first_wal } else { wal_no };
+            let mut first = version.snapshot_edit();
+            first.log_number = Some(log_number);
+            let limit = files.edit_limit();
+            first.next_file_number = Some(limit);
+            first.last_seq = Some(last_seq);
+            let manifest = ManifestWriter::create(&storage, dir, manifest_no, &first)?;
+            files.recorded(limit);
+            (manifest, wal_no, spare_no)
+        }
+        Some(mut manifest) => {
+            let wal_no = files.alloc(&mut manifest)?;
+            let spare_no = files.alloc(&mut manifest)?;
+            edit.log_number = Some(if keep_frozen { first_wal } else { wal_no });
+            edit.last_seq = Some(last_seq);
+            let limit = files.edit_limit();
+            edit.next_file_number = Some(limit);
+            manifest.append(&edit)?;
+            files.recorded(limit);
+            (manifest, wal_no, spare_no)
+        }
+    };
     let log_number = if keep_frozen { first_wal } else { wal_no };
-    let mut first = version.snapshot_edit();
-    first.log_number = Some(log_number);
-    first.next_file_number = Some(next_file_no);
-    first.last_seq = Some(last_seq);
-    let manifest = ManifestWriter::create(&storage, dir, manifest_no, &first)?;
     let writer = create_wal(&*storage, dir, wal_no)?;
 
-    // 4. Delete what the new MANIFEST does not name.
+    // 4. Delete what the recovered state shows to be obsolete: tables no version names that
+    //    this database made (numbered below the limit), logs older than the new log number,
+    //    and the MANIFESTs before the new one.
     let live = version.all_file_numbers();
-    remove_unused(&storage, dir, &live, log_number, manifest_no);
+    let obsolete: Vec<&String> = names
+        .iter()
+        .filter(|n| !unaccounted.contains(n))
+        .filter(|n| match () {
+            _ if n.as_str() == "CURRENT.tmp" => true,
+            _ if n.ends_with(".sst") => parse_numbered(n, ".sst").is_some_and(|no| !live.contains(&no) && no < limit),
+            _ if n.ends_with(".log") => parse_numbered(n, ".log").is_some_and(|no| no < log_number),
+            _ => parse_manifest_name(n).is_some_and(|no| no != manifest.number),
+        })
+        .collect();
+    remove_files(&storage, dir, &obsolete);
 
     let state = State {
         mem: Arc::new(Memtable::new(wal_no, opts.memtable_size)),
         imms: if keep_frozen { VecDeque::from([mem]) } else { VecDeque::new() },
         version: Arc::new(version),
         manifest,
-        next_file_no,
+        files,
         compaction: crate::compaction::Compacting::new(opts.num_levels),
         flushing: false,
     };
     // Made after the new MANIFEST, for the reason the new WAL is; numbered above it.
     let spare = Some(SpareLog::start(&storage, dir, spare_no));
     let wal = Wal::new(writer, spare);
-    Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock))
+    Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock, report))
+}
+
+/// The number of a file set aside under `lost/` (its engine name, perhaps with a `.N`
+/// suffix added to keep it apart from an earlier one of the same name).
+fn lost_number(name: &str) -> Option<u64> {
+    file_number(name).or_else(|| file_number(name.rsplit_once('.')?.0))
 }
 
 /// A write-ahead log recovery read, as the next one holding writes is checked against it.
@@ -318,11 +550,9 @@ fn flush_recovered(
     dir: &Path,
     opts: &Options,
     mem: &Arc<Memtable>,
-    next_file_no: &mut u64,
+    no: u64,
     edit: &mut VersionEdit,
 ) -> Result<()> {
-    let no = *next_file_no;
-    *next_file_no += 1;
     // No snapshot exists while opening.
     if let Some(info) = build_table(storage, dir, opts, no, std::slice::from_ref(mem), &[], &|_| {})? {
         edit.new_files.push((0, info));
@@ -331,18 +561,10 @@ fn flush_recovered(
     Ok(())
 }
 
-fn remove_unused(storage: &Arc<dyn Storage>, dir: &Path, live: &HashSet<u64>, log_number: u64, manifest_no: u64) {
-    let Ok(names) = storage.list_dir(dir) else { return };
+/// Deletes `names` from `dir` (best effort: what is left is deleted by a later open).
+fn remove_files(storage: &Arc<dyn Storage>, dir: &Path, names: &[&String]) {
     for n in names {
-        let remove = match () {
-            _ if n == "CURRENT.tmp" => true,
-            _ if n.ends_with(".sst") => parse_numbered(&n, ".sst").is_some_and(|no| !live.contains(&no)),
-            _ if n.ends_with(".log") => parse_numbered(&n, ".log").is_some_and(|no| no < log_number),
-            _ => parse_manifest_name(&n).is_some_and(|no| no != manifest_no),
-        };
-        if remove {
-            let _ = storage.remove_file(&dir.join(&n));
-        }
+        let _ = storage.remove_file(&dir.join(n));
     }
     let _ = storage.sync_dir(dir);
 }

@@ -59,7 +59,14 @@ impl SpareLog {
         let made = self.making.take().and_then(|t| t.join().ok());
         let writer = match made {
             Some(Ok(w)) => w,
-            _ => create_wal(&*self.storage, &self.dir, self.number)?,
+            _ => {
+                // What the thread made of the log, if anything, is this spare's own file.
+                let path = wal_path(&self.dir, self.number);
+                if self.storage.exists(&path) {
+                    self.storage.remove_file(&path).at(&path)?;
+                }
+                create_wal(&*self.storage, &self.dir, self.number)?
+            }
         };
         Ok((self.number, writer))
     }

@@ -11,14 +11,29 @@ use std::sync::Arc;
 pub trait Storage: Send + Sync + 'static {
     /// Creates a directory and its parents.
     fn create_dir_all(&self, path: &Path) -> io::Result<()>;
-    /// Creates (or truncates) a file for appending.
+    /// Creates (or truncates) a file for appending. The engine uses it only for files it
+    /// replaces by name (`CURRENT.tmp`); numbered files are made with
+    /// [`Storage::create_new`].
     fn create(&self, path: &Path) -> io::Result<Box<dyn WritableFile>>;
-    /// Creates (or truncates) a write-ahead log file. Its appends must reach the operating
-    /// system by the time `flush` returns, like [`Storage::create`]'s; the file may be longer
-    /// than what was appended, the rest zeros (the log reader stops there). Defaults to
-    /// [`Storage::create`].
-    fn create_log(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+    /// Creates a new file for appending, failing with [`io::ErrorKind::AlreadyExists`] if
+    /// `path` exists: an existing file is never replaced. The engine makes every numbered file
+    /// (tables, write-ahead logs, MANIFESTs) this way, so a file it did not expect at a number
+    /// it hands out is an error, never overwritten. The default checks [`Storage::exists`] and
+    /// then calls [`Storage::create`], which is not atomic; [`crate::FsStorage`] and
+    /// [`crate::MemStorage`] create atomically.
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        if self.exists(path) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} already exists", path.display())));
+        }
         self.create(path)
+    }
+    /// Creates a new write-ahead log file, failing with [`io::ErrorKind::AlreadyExists`] if
+    /// `path` exists, like [`Storage::create_new`]. Its appends must reach the operating system
+    /// by the time `flush` returns, like [`Storage::create`]'s; the file may be longer than what
+    /// was appended, the rest zeros (the log reader stops there). Defaults to
+    /// [`Storage::create_new`].
+    fn create_log(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        self.create_new(path)
     }
     /// Opens a file for positional reads.
     fn open_read(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>>;

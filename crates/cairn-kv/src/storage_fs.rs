@@ -141,8 +141,14 @@ impl Storage for FsStorage {
         Ok(Box::new(FsWritable { file: Arc::new(file), buf: Vec::with_capacity(BUF), len: 0 }))
     }
 
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let file = OpenOptions::new().write(true).create_new(true).open(path)?;
+        Ok(Box::new(FsWritable { file: Arc::new(file), buf: Vec::with_capacity(BUF), len: 0 }))
+    }
+
     /// A memory-mapped log ([`crate::storage_mmap::MappedLog`]): no system call per append.
-    /// Falls back to a buffered file where the file system cannot `fallocate` or map it.
+    /// Falls back to a buffered file where the file system cannot `fallocate` or map it (the
+    /// file the attempt created, empty, is then truncated and used).
     fn create_log(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
         match crate::storage_mmap::MappedLog::create(path) {
             Ok(log) => Ok(Box::new(log)),

@@ -394,6 +394,17 @@ impl Storage for MemStorage {
         Ok(Box::new(MemWritable { storage: self.clone(), node, generation: s.generation, len: 0 }))
     }
 
+    fn create_new(&self, path: &Path) -> io::Result<Box<dyn WritableFile>> {
+        let mut s = self.state.lock();
+        s.mutate_whole()?;
+        if s.live.contains_key(path) {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} already exists", path.display())));
+        }
+        let node = NodeRef::default();
+        s.live.insert(path.to_path_buf(), node.clone());
+        Ok(Box::new(MemWritable { storage: self.clone(), node, generation: s.generation, len: 0 }))
+    }
+
     fn open_read(&self, path: &Path) -> io::Result<Arc<dyn RandomAccessFile>> {
         let s = self.state.lock();
         s.check(s.generation)?;

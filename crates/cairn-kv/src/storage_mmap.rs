@@ -193,14 +193,15 @@ pub(crate) fn advise_will_need(file: &File, offset: u64, len: u64) {
 }
 
 impl MappedLog {
-    /// Creates (or truncates) `path` and reserves its first segment. Fails on file systems
-    /// without `fallocate` (the caller then falls back to a buffered file).
+    /// Creates `path`, which must not exist ([`std::io::ErrorKind::AlreadyExists`] otherwise),
+    /// and reserves its first segment. Fails on file systems without `fallocate` (the caller
+    /// then falls back to a buffered file, in the file this call created).
     pub fn create(path: &Path) -> io::Result<MappedLog> {
         Self::create_with(path, true)
     }
 
     fn create_with(path: &Path, want_helpers: bool) -> io::Result<MappedLog> {
-        let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path)?;
+        let file = OpenOptions::new().read(true).write(true).create_new(true).open(path)?;
         let mut log = MappedLog {
             file: Arc::new(file),
             current: None,

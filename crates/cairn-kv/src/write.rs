@@ -396,7 +396,7 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
         match wal.spare.take() {
             Some(spare) => spare.take(),
             None => {
-                let number = inner.state.lock().alloc_file_no();
+                let number = inner.state.lock().alloc_file_no()?;
                 Ok((number, create_wal(&*inner.storage, &inner.dir, number)?))
             }
         }
@@ -425,7 +425,11 @@ pub(crate) fn switch_memtable(inner: &Arc<DbInner>, wal: &mut Wal, force: bool) 
     let mut st = inner.state.lock();
     // The next log is numbered above this one (and every table numbered so far, which does
     // not matter: only logs are ordered by number).
-    wal.spare = Some(SpareLog::start(&inner.storage, &inner.dir, st.alloc_file_no()));
+    match st.alloc_file_no() {
+        Ok(no) => wal.spare = Some(SpareLog::start(&inner.storage, &inner.dir, no)),
+        // No spare: the next switch makes its log itself (and meets the poison first).
+        Err(e) => inner.poison(format!("MANIFEST write failed: {e}")),
+    }
     let old = std::mem::replace(&mut st.mem, Arc::new(Memtable::new(number, inner.opts.memtable_size)));
     if let Some(log) = old_log {
         wal.unended.push_back((old.wal_number(), log));

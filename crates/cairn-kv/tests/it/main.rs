@@ -76,3 +76,4 @@ pub fn copy_dir(from: &std::path::Path) -> tempfile::TempDir {
     }
     to
 }
+mod unaccounted;
