@@ -517,8 +517,11 @@ impl Db {
         &self.inner().dir
     }
 
-    /// What opening the database found and did that its user should know of: files it could
-    /// not account for and set aside (never deleted).
+    /// What opening the database found and did that its user should know of: per write-ahead
+    /// log, the records replayed and those discarded (a torn or damaged tail, or a log whose
+    /// writes followed lost ones) with their bytes and the reason; a torn MANIFEST edit
+    /// ignored; files it could not account for and set aside (never deleted).
+    /// [`crate::RecoveryReport::warnings`] gives one line per loss.
     pub fn recovery_report(&self) -> crate::RecoveryReport {
         self.inner().recovery.clone()
     }

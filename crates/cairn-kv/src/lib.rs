@@ -70,7 +70,7 @@ pub use db_iter::{Iter, KvPair, prefix_successor};
 pub use key::SeqNo;
 pub use keyspace::{Keyspace, KeyspaceBatch, KeyspaceId, KeyspaceIter, KeyspaceSnapshot, KeyspaceTxn};
 pub use pacer::PaceStats;
-pub use recovery::{LOST_DIR, RecoveryReport};
+pub use recovery::{DiscardedTail, LOST_DIR, LogRecovery, RecoveryReport};
 pub use snapshot::Snapshot;
 pub use stats::{LevelStats, Stats};
 pub use txn::{Transaction, retry_backoff, with_retries};

@@ -236,6 +236,47 @@ pub fn read_log(data: &[u8], path: &Path, magic: [u8; 8]) -> Result<(LogRecords,
     Ok((records, LogTail::Clean))
 }
 
+/// What the log image `data` holds from `offset` on, where [`read_log`] found it torn, as far
+/// as it can be told: `(records, bytes)`. `bytes` runs to the last non-zero byte or the end of
+/// the last intact record counted, whichever is later (zeros after both are reserved space, never
+/// written). `records` counts the torn or damaged record as one, plus the intact records
+/// (checksums verified, end records not counted) that follow it where its declared length says
+/// it ends; none when the damage is in the file header.
+pub fn torn_tail(data: &[u8], offset: u64) -> (u64, u64) {
+    let start = usize::try_from(offset).unwrap_or(usize::MAX).min(data.len());
+    let written = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    if written <= start {
+        return (0, 0);
+    }
+    if start < LOG_HEADER_LEN {
+        return (0, (written - start) as u64);
+    }
+    // (offset of the record after the one at `pos`, payload length), if it lies within `data`.
+    let frame = |pos: usize| -> Option<(usize, usize)> {
+        let head = data.get(pos..pos.checked_add(LOG_RECORD_HEADER_LEN)?)?;
+        let len = usize::try_from(u32::from_le_bytes([head[0], head[1], head[2], head[3]])).ok()?;
+        let next = pos.checked_add(LOG_RECORD_HEADER_LEN)?.checked_add(len)?;
+        (len <= MAX_LOG_RECORD && next <= data.len()).then_some((next, len))
+    };
+    let mut records = 1;
+    let mut end = written;
+    let Some((mut pos, _)) = frame(start) else { return (records, (end - start) as u64) };
+    while let Some((next, len)) = frame(pos) {
+        let head = &data[pos..pos + LOG_RECORD_HEADER_LEN];
+        let len_bytes = [head[0], head[1], head[2], head[3]];
+        let stored = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
+        if record_crc(&len_bytes, &data[pos + LOG_RECORD_HEADER_LEN..next]) != stored {
+            break;
+        }
+        if len > 0 {
+            records += 1;
+        }
+        pos = next;
+        end = end.max(next);
+    }
+    (records, (end - start) as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -590,5 +631,52 @@ mod tests {
             let _ = read_log(&with_header, path(), MAGIC);
             let _ = read_log(&data, path(), MAGIC);
         }
+
+        /// A log damaged inside one record's payload (its length intact) loses exactly the
+        /// records from that one on, and `torn_tail` counts them and their bytes.
+        #[test]
+        fn torn_tail_counts_what_damage_to_a_payload_discards(
+            recs in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..40), 1..12),
+            at: prop::sample::Index,
+            xor in 1u8..=255,
+            zeros in 8usize..64,
+        ) {
+            let mut data = write(&recs);
+            let bounds = boundaries(&recs);
+            let k = at.index(recs.len());
+            // A byte of record k's payload.
+            let i = bounds[k] + LOG_RECORD_HEADER_LEN + (xor as usize % recs[k].len());
+            data[i] ^= xor;
+            data.resize(data.len() + zeros, 0);
+            let (got, tail) = read(&data);
+            prop_assert_eq!(got.len(), k);
+            let LogTail::Torn { offset, .. } = tail else { panic!("not torn") };
+            // To the end of the last record, or (the damaged record last) its last non-zero byte.
+            let last = data.iter().rposition(|&b| b != 0).unwrap() + 1;
+            let end = if k + 1 < recs.len() { bounds[recs.len()] } else { last };
+            prop_assert_eq!(torn_tail(&data, offset), ((recs.len() - k) as u64, (end - bounds[k]) as u64));
+        }
+
+        /// `torn_tail` never panics and never counts more bytes than there are.
+        #[test]
+        fn torn_tail_never_panics(data: Vec<u8>, offset: u64) {
+            let (_, bytes) = torn_tail(&data, offset);
+            prop_assert!(bytes <= data.len() as u64);
+        }
+    }
+
+    /// A log cut inside its last record, or inside its header, loses one record or none.
+    #[test]
+    fn torn_tail_of_a_cut_log() {
+        let recs = assorted(5).into_iter().filter(|r| !r.is_empty()).collect::<Vec<_>>();
+        let data = write(&recs);
+        let bounds = boundaries(&recs);
+        let cut = &data[..data.len() - 3];
+        let (_, tail) = read(cut);
+        assert_eq!(tail, LogTail::Torn { offset: bounds[recs.len() - 1] as u64, reason: "truncated record".into() });
+        let last = cut.iter().rposition(|&b| b != 0).unwrap() + 1;
+        assert_eq!(torn_tail(cut, bounds[recs.len() - 1] as u64), (1, (last - bounds[recs.len() - 1]) as u64));
+        assert_eq!(torn_tail(&data[..5], 0), (0, 5));
+        assert_eq!(torn_tail(&data, data.len() as u64), (0, 0));
     }
 }

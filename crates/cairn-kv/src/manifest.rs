@@ -129,7 +129,16 @@ fn set_current(storage: &Arc<dyn Storage>, dir: &Path, number: u64) -> Result<()
 }
 
 /// Reads `CURRENT` and replays the MANIFEST it names. Returns the manifest number and its edits.
+#[cfg(test)]
 pub(crate) fn read_current(storage: &Arc<dyn Storage>, dir: &Path) -> Result<(u64, Vec<VersionEdit>)> {
+    read_current_with_tail(storage, dir).map(|(number, edits, _)| (number, edits))
+}
+
+/// [`read_current`], with the torn last edit it ignored, if any.
+pub(crate) fn read_current_with_tail(
+    storage: &Arc<dyn Storage>,
+    dir: &Path,
+) -> Result<(u64, Vec<VersionEdit>, Option<crate::recovery::DiscardedTail>)> {
     let cur = dir.join("CURRENT");
     let text = storage.read_all(&cur).at(&cur)?;
     let name = std::str::from_utf8(&text)
@@ -149,11 +158,18 @@ pub(crate) fn read_current(storage: &Arc<dyn Storage>, dir: &Path) -> Result<(u6
         return Err(Error::corruption(&path, offset, "MANIFEST holds no complete record"));
     }
     // A torn tail is the last edit, never acknowledged (its fsync did not return): ignore it.
+    let ignored = match tail {
+        LogTail::Torn { offset, reason } => {
+            let (_, bytes) = crate::log::torn_tail(&data, offset);
+            Some(crate::recovery::DiscardedTail { path: path.clone(), offset, bytes, reason })
+        }
+        LogTail::Clean => None,
+    };
     let mut edits = Vec::with_capacity(records.len());
     for (offset, payload) in records {
         let e = VersionEdit::decode(&payload)
             .map_err(|(at, why)| Error::corruption(&path, offset + at as u64, format!("bad version edit: {why}")))?;
         edits.push(e);
     }
-    Ok((number, edits))
+    Ok((number, edits, ignored))
 }

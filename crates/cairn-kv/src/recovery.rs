@@ -22,8 +22,8 @@ use crate::db::{DbInner, State, Wal};
 use crate::error::IoContext;
 use crate::flush::build_table;
 use crate::key::{SeqNo, ValueKind};
-use crate::log::{LogTail, read_log};
-use crate::manifest::{FileNumbers, ManifestWriter, parse_manifest_name, read_current};
+use crate::log::{LOG_HEADER_LEN, LogTail, read_log, torn_tail};
+use crate::manifest::{FileNumbers, ManifestWriter, parse_manifest_name, read_current_with_tail};
 use crate::memtable::{Memtable, Splice};
 use crate::spare_log::{SpareLog, create_wal};
 use crate::storage::Storage;
@@ -61,10 +61,99 @@ pub(crate) fn is_engine_file(name: &str) -> bool {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct RecoveryReport {
+    /// Every write-ahead log read, oldest first, with what was replayed from it and what was
+    /// discarded.
+    pub logs: Vec<LogRecovery>,
+    /// A torn last edit of the MANIFEST, ignored: an edit whose fsync never returned.
+    pub manifest_tail: Option<DiscardedTail>,
     /// Files the recovered state could not account for (tables and MANIFESTs numbered at or
     /// above the MANIFEST's next file number that no version names), moved to these paths
     /// under `lost/` rather than deleted.
     pub set_aside: Vec<PathBuf>,
+}
+
+impl RecoveryReport {
+    /// Whether opening discarded no log record and set no file aside.
+    pub fn is_clean(&self) -> bool {
+        self.records_discarded() == 0 && self.set_aside.is_empty()
+    }
+
+    /// Log records (write groups) discarded, over every log.
+    pub fn records_discarded(&self) -> u64 {
+        self.logs.iter().map(|l| l.records_discarded).sum()
+    }
+
+    /// Log bytes discarded, over every log.
+    pub fn bytes_discarded(&self) -> u64 {
+        self.logs.iter().map(|l| l.bytes_discarded).sum()
+    }
+
+    /// One line per thing discarded or set aside, for a warning: every log that lost records,
+    /// a torn MANIFEST edit, every file set aside.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut w: Vec<String> =
+            self.logs.iter().filter(|l| l.records_discarded > 0).map(ToString::to_string).collect();
+        if let Some(t) = &self.manifest_tail {
+            w.push(format!(
+                "{}: a torn last edit ({} bytes from offset {}, {}) was ignored: its write never completed",
+                t.path.display(),
+                t.bytes,
+                t.offset,
+                t.reason
+            ));
+        }
+        w.extend(
+            self.set_aside.iter().map(|p| format!("{}: set aside, not accounted for by the MANIFEST", p.display())),
+        );
+        w
+    }
+}
+
+/// How one write-ahead log was replayed at open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LogRecovery {
+    /// The log file.
+    pub path: PathBuf,
+    /// Records (each one write group: the batches of one group commit) replayed.
+    pub records_replayed: u64,
+    /// Records not replayed: a torn or damaged record counts as one, plus the intact records
+    /// found after it ([`crate::log::torn_tail`]); every record of a log dropped whole.
+    pub records_discarded: u64,
+    /// Bytes not replayed, up to the last one written (reserved zeros not counted).
+    pub bytes_discarded: u64,
+    /// Where in the file the discarded part starts.
+    pub discarded_from: Option<u64>,
+    /// Why it was discarded.
+    pub reason: Option<String>,
+}
+
+impl std::fmt::Display for LogRecovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} records replayed", self.path.display(), self.records_replayed)?;
+        if let (Some(at), Some(why)) = (self.discarded_from, &self.reason) {
+            write!(
+                f,
+                ", {} records ({} bytes) from offset {at} discarded: {why}",
+                self.records_discarded, self.bytes_discarded
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// The torn end of a record log, ignored at open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiscardedTail {
+    /// The file.
+    pub path: PathBuf,
+    /// Where the torn record starts.
+    pub offset: u64,
+    /// Bytes from there to the last one written.
+    pub bytes: u64,
+    /// What was wrong with it.
+    pub reason: String,
 }
 
 fn check_options(o: &Options) -> Result<()> {
@@ -219,6 +308,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     let mut limit = 0;
     let mut last_seq: SeqNo = 0;
     let mut current_manifest = None;
+    let mut manifest_tail = None;
     if exists {
         let damaged = |e: Error| match e {
             Error::Corruption { .. } => {
@@ -229,7 +319,8 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             }
             e => e,
         };
-        let (number, edits) = read_current(&storage, dir).map_err(damaged)?;
+        let (number, edits, tail) = read_current_with_tail(&storage, dir).map_err(damaged)?;
+        manifest_tail = tail;
         for e in &edits {
             version = version.apply(e, &cleaner)?;
             log_number = e.log_number.unwrap_or(log_number);
@@ -269,7 +360,8 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     } else {
         Vec::new()
     };
-    let report = RecoveryReport { set_aside: set_aside(&*storage, dir, &unaccounted)?, ..RecoveryReport::default() };
+    let mut report =
+        RecoveryReport { set_aside: set_aside(&*storage, dir, &unaccounted)?, manifest_tail, logs: Vec::new() };
     let lost_names = list_names(&*storage, &dir.join(LOST_DIR))?;
     let next_file_no = names
         .iter()
@@ -300,7 +392,9 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     // The last log read that held writes or ended torn: the next log holding writes must run
     // on from it.
     let mut prev: Option<ReadLog> = None;
-    for &no in &wals {
+    // Where replay stopped before a log whose writes follow lost ones, and why.
+    let mut stopped: Option<(usize, String)> = None;
+    for (i, &no) in wals.iter().enumerate() {
         let path = wal_path(dir, no);
         let data = storage.read_all(&path).at(&path)?;
         let (mut records, tail) = read_log(&data, &path, WAL_MAGIC)?;
@@ -329,6 +423,8 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             if let Some(p) = &prev
                 && !runs_on(p, &path, *offset, first)?
             {
+                let why = format!("its writes follow writes lost from {} (a power cut)", p.path.display());
+                stopped = Some((i, why));
                 break;
             }
         }
@@ -376,9 +472,23 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
             }
         }
         insert_sorted(&mem, &mut pending);
+        let (records_discarded, bytes_discarded) = torn_here.as_ref().map_or((0, 0), |(at, _)| torn_tail(&data, *at));
+        report.logs.push(LogRecovery {
+            path: path.clone(),
+            records_replayed: records.len() as u64,
+            records_discarded,
+            bytes_discarded,
+            discarded_from: torn_here.as_ref().map(|t| t.0),
+            reason: torn_here.as_ref().map(|t| t.1.clone()),
+        });
         if !records.is_empty() || torn_here.is_some() {
             let ended = ended || (torn_here.is_some() && ends_in_end_record(&data));
             prev = Some(ReadLog { path, last: log_last, ended, torn: torn_here });
+        }
+    }
+    if let Some((i, why)) = stopped {
+        for &no in &wals[i..] {
+            report.logs.push(dropped_log(&*storage, &wal_path(dir, no), &why));
         }
     }
     // After a clean shutdown the replayed logs are intact, the last one holding writes ended
@@ -463,6 +573,21 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     let spare = Some(SpareLog::start(&storage, dir, spare_no));
     let wal = Wal::new(writer, spare);
     Ok(DbInner::new(dir.to_path_buf(), opts, storage, block_cache, cleaner, state, wal, last_seq, lock, report))
+}
+
+/// What a log dropped whole at open held: every write record, its bytes past the header.
+fn dropped_log(storage: &dyn Storage, path: &Path, why: &str) -> LogRecovery {
+    let data = storage.read_all(path).unwrap_or_default();
+    let records = read_log(&data, path, WAL_MAGIC).map_or(0, |(r, _)| r.iter().filter(|(_, p)| !p.is_empty()).count());
+    let written = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
+    LogRecovery {
+        path: path.to_path_buf(),
+        records_replayed: 0,
+        records_discarded: records as u64,
+        bytes_discarded: written.saturating_sub(LOG_HEADER_LEN) as u64,
+        discarded_from: Some(LOG_HEADER_LEN as u64),
+        reason: Some(why.to_string()),
+    }
 }
 
 /// The number of a file set aside under `lost/` (its engine name, perhaps with a `.N`

@@ -76,4 +76,5 @@ pub fn copy_dir(from: &std::path::Path) -> tempfile::TempDir {
     }
     to
 }
+mod recovery_report;
 mod unaccounted;
