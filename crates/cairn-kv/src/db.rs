@@ -656,6 +656,14 @@ impl Db {
         Ok(n)
     }
 
+    /// Checks every live table block by block, like [`Db::verify`], but goes on past damage:
+    /// reports every damaged block (or table that does not open) with the user keys it may
+    /// hold, from the table's index, so that callers can tell which of their records it
+    /// affects.
+    pub fn verify_detailed(&self) -> Result<crate::VerifyReport> {
+        crate::verify::verify_detailed(self.inner())
+    }
+
     /// Shuts the engine down: stops background work and syncs the log. Other clones of this
     /// handle get [`Error::Closed`] afterwards.
     pub fn close(self) -> Result<()> {

@@ -57,6 +57,7 @@ mod snapshot;
 mod spare_log;
 mod stats;
 mod txn;
+mod verify;
 mod version;
 pub mod version_edit;
 mod write;
@@ -74,6 +75,7 @@ pub use recovery::{DiscardedTail, LOST_DIR, LogRecovery, RecoveryReport};
 pub use snapshot::Snapshot;
 pub use stats::{LevelStats, Stats};
 pub use txn::{Transaction, retry_backoff, with_retries};
+pub use verify::{DamagedBlock, VerifyReport};
 
 pub use error::{Error, Result};
 pub use options::{Compression, Options, TableOptions};

@@ -78,3 +78,4 @@ pub fn copy_dir(from: &std::path::Path) -> tempfile::TempDir {
 }
 mod recovery_report;
 mod unaccounted;
+mod verify;
