@@ -499,6 +499,25 @@ impl Db {
         Ok(db)
     }
 
+    /// Rebuilds the MANIFEST of the database in directory `path` from the files there, when
+    /// opening it fails with [`Error::NeedsRepair`] (a missing or damaged `CURRENT` or
+    /// MANIFEST, a missing table) or its tables or logs are damaged. Keeps the levels of a
+    /// readable MANIFEST, salvages the intact blocks of damaged tables, replays the logs, and
+    /// never deletes user data: what it cannot use is copied under `lost/`. The database must
+    /// not be open. See [`crate::RepairReport`] for what it reports.
+    pub fn repair(path: impl AsRef<Path>, opts: Options) -> Result<crate::RepairReport> {
+        Db::repair_with_storage(path, opts, Arc::new(crate::FsStorage::new()))
+    }
+
+    /// [`Db::repair`] on the given storage.
+    pub fn repair_with_storage(
+        path: impl AsRef<Path>,
+        opts: Options,
+        storage: Arc<dyn Storage>,
+    ) -> Result<crate::RepairReport> {
+        crate::repair::repair(path.as_ref(), opts, storage)
+    }
+
     /// Sets (or with `None` clears) the function called at each named failpoint of background
     /// work, which may block to hold that work at the point (tests only). The points:
     /// `compaction.version_read`, in a compaction between reading the version (tables and range

@@ -156,7 +156,7 @@ pub struct DiscardedTail {
     pub reason: String,
 }
 
-fn check_options(o: &Options) -> Result<()> {
+pub(crate) fn check_options(o: &Options) -> Result<()> {
     let bad = |m: &str| Err(Error::InvalidArgument(m.to_string()));
     if o.num_levels < 2 || o.num_levels > crate::version_edit::MAX_LEVELS {
         return bad("num_levels must be between 2 and 16");
@@ -171,7 +171,7 @@ fn check_options(o: &Options) -> Result<()> {
 }
 
 /// Names of the entries of `dir`, none if it does not exist.
-fn list_names(storage: &dyn Storage, dir: &Path) -> Result<Vec<String>> {
+pub(crate) fn list_names(storage: &dyn Storage, dir: &Path) -> Result<Vec<String>> {
     match storage.list_dir(dir) {
         Ok(mut names) => {
             names.sort();
@@ -232,12 +232,7 @@ pub(crate) fn set_aside(storage: &dyn Storage, dir: &Path, names: &[String]) -> 
     storage.create_dir_all(&lost).at(&lost)?;
     let mut moved = Vec::new();
     for name in names {
-        let mut to = lost.join(name);
-        let mut n = 1;
-        while storage.exists(&to) {
-            to = lost.join(format!("{name}.{n}"));
-            n += 1;
-        }
+        let to = lost_path(storage, dir, name);
         let from = dir.join(name);
         storage.rename(&from, &to).at(&from)?;
         moved.push(to);
@@ -245,6 +240,19 @@ pub(crate) fn set_aside(storage: &dyn Storage, dir: &Path, names: &[String]) -> 
     storage.sync_dir(&lost).at(&lost)?;
     storage.sync_dir(dir).at(dir)?;
     Ok(moved)
+}
+
+/// A path under `dir/lost/` for file `name` that no file takes: the name itself, or with
+/// `.1`, `.2`, ... added.
+pub(crate) fn lost_path(storage: &dyn Storage, dir: &Path, name: &str) -> PathBuf {
+    let lost = dir.join(LOST_DIR);
+    let mut to = lost.join(name);
+    let mut n = 1;
+    while storage.exists(&to) {
+        to = lost.join(format!("{name}.{n}"));
+        n += 1;
+    }
+    to
 }
 
 /// The MANIFEST opening writes: made when the first file number is needed (a table replayed
@@ -592,7 +600,7 @@ fn dropped_log(storage: &dyn Storage, path: &Path, why: &str) -> LogRecovery {
 
 /// The number of a file set aside under `lost/` (its engine name, perhaps with a `.N`
 /// suffix added to keep it apart from an earlier one of the same name).
-fn lost_number(name: &str) -> Option<u64> {
+pub(crate) fn lost_number(name: &str) -> Option<u64> {
     file_number(name).or_else(|| file_number(name.rsplit_once('.')?.0))
 }
 
@@ -653,7 +661,7 @@ fn runs_on(prev: &ReadLog, path: &Path, offset: u64, first: SeqNo) -> Result<boo
 /// Whether the log image `data` ends in an intact end record (an empty record) followed only
 /// by zeros: the end record is written once the log's other records are durable, so a log
 /// that reads torn before it was damaged after it was whole.
-fn ends_in_end_record(data: &[u8]) -> bool {
+pub(crate) fn ends_in_end_record(data: &[u8]) -> bool {
     // (Its last byte is not zero: `log::tests::header_bytes_match_the_format_doc`.)
     let end_record = crate::log::empty_record();
     let last = data.iter().rposition(|&b| b != 0).map_or(0, |i| i + 1);
@@ -662,7 +670,7 @@ fn ends_in_end_record(data: &[u8]) -> bool {
 
 /// Inserts replayed point entries into `mem` in internal-key order (user key ascending, newest
 /// first), emptying `pending`.
-fn insert_sorted(mem: &Memtable, pending: &mut Vec<(&[u8], SeqNo, ValueKind, &[u8])>) {
+pub(crate) fn insert_sorted(mem: &Memtable, pending: &mut Vec<(&[u8], SeqNo, ValueKind, &[u8])>) {
     pending.sort_unstable_by(|a, b| a.0.cmp(b.0).then(b.1.cmp(&a.1)));
     let mut splice = Splice::default();
     for (k, seq, kind, v) in pending.drain(..) {

@@ -329,15 +329,16 @@ impl TableReader {
         let mut expected_offset = 0u64;
         let mut readahead = Readahead::default();
         if let Err(error) = index.seek_to_first() {
-            check.damaged.push(BlockDamage { offset: 0, first_key: None, last_key: None, error });
+            check.damaged.push(BlockDamage { offset: 0, len: self.data_end, first_key: None, last_key: None, error });
             return Ok(check);
         }
         while index.valid() {
             let index_key = index.key().to_vec();
-            // Where the block starts, as far as known.
-            let mut block_offset = expected_offset;
+            // Where the block starts and its length with its trailer, as far as known.
+            let (mut block_offset, mut block_len) = (expected_offset, 0);
             let checked = index.handle().and_then(|h| {
                 block_offset = h.offset;
+                block_len = h.size.saturating_add(BLOCK_TRAILER_LEN as u64);
                 let corrupt = |reason: &str| Error::corruption(&self.path, h.offset, reason);
                 let at = std::mem::replace(&mut expected_offset, block_end(h).unwrap_or(u64::MAX));
                 if h.offset != at {
@@ -383,6 +384,7 @@ impl TableReader {
                 Err(error) => {
                     check.damaged.push(BlockDamage {
                         offset: block_offset,
+                        len: block_len,
                         first_key: before.as_deref().map(|k| key::user_key(k).to_vec()),
                         last_key: Some(key::user_key(&index_key).to_vec()),
                         error,
@@ -393,14 +395,16 @@ impl TableReader {
             if let Err(error) = index.next() {
                 // The rest of the index does not decode: every block after the last one read.
                 let first_key = before.as_deref().map(|k| key::user_key(k).to_vec());
-                check.damaged.push(BlockDamage { offset: expected_offset, first_key, last_key: None, error });
+                let len = self.data_end.saturating_sub(expected_offset);
+                check.damaged.push(BlockDamage { offset: expected_offset, len, first_key, last_key: None, error });
                 return Ok(check);
             }
         }
         if expected_offset != self.data_end {
             let error = Error::corruption(&self.path, expected_offset, "index misses data blocks");
             let first_key = before.as_deref().map(|k| key::user_key(k).to_vec());
-            check.damaged.push(BlockDamage { offset: expected_offset, first_key, last_key: None, error });
+            let len = self.data_end.saturating_sub(expected_offset);
+            check.damaged.push(BlockDamage { offset: expected_offset, len, first_key, last_key: None, error });
         }
         Ok(check)
     }
@@ -464,6 +468,8 @@ pub struct TableCheck {
 pub struct BlockDamage {
     /// Offset of the block in the table file.
     pub offset: u64,
+    /// Bytes of the damaged part, trailer included (0 when its handle does not decode).
+    pub len: u64,
     /// The lowest user key the block may hold: the last user key of the block before it, whose
     /// later versions may continue into this one (`None`: from the table's start).
     pub first_key: Option<Vec<u8>>,

@@ -43,6 +43,9 @@ pub struct DamagedBlock {
     /// Offset of the damaged block in the file (for a table that does not open, where the
     /// damage was found).
     pub offset: u64,
+    /// Bytes of the damaged part (the whole file for a table that does not open; 0 when
+    /// not known).
+    pub len: u64,
     /// Whether the whole table is unreadable, not one block.
     pub whole_table: bool,
     /// The lowest user key the damaged part may hold.
@@ -72,6 +75,7 @@ pub(crate) fn verify_detailed(inner: &DbInner) -> Result<VerifyReport> {
                         table,
                         level,
                         offset,
+                        len: f.info.size,
                         whole_table: true,
                         first_key: Bytes::copy_from_slice(smallest),
                         last_key: Bytes::copy_from_slice(largest),
@@ -86,6 +90,7 @@ pub(crate) fn verify_detailed(inner: &DbInner) -> Result<VerifyReport> {
                     table: table.clone(),
                     level,
                     offset: d.offset,
+                    len: d.len,
                     whole_table: false,
                     first_key: Bytes::from(d.first_key.unwrap_or_else(|| smallest.to_vec())),
                     last_key: Bytes::from(d.last_key.unwrap_or_else(|| largest.to_vec())),

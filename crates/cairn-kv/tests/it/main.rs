@@ -77,5 +77,6 @@ pub fn copy_dir(from: &std::path::Path) -> tempfile::TempDir {
     to
 }
 mod recovery_report;
+mod repair;
 mod unaccounted;
 mod verify;
