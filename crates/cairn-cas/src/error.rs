@@ -58,6 +58,19 @@ pub enum Error {
     /// The caller passed something the store cannot accept.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The pack directory holds packs the index cannot account for (an empty index beside
+    /// packs: the engine's data is missing). Nothing was changed.
+    #[error(
+        "{} holds {} pack files but the blob store's index is empty (was the engine's directory deleted or replaced?); nothing was changed: restore the engine's files, or move the packs aside to start anew",
+        dir.display(),
+        packs.len()
+    )]
+    Unaccounted {
+        /// The pack directory.
+        dir: PathBuf,
+        /// The pack files found.
+        packs: Vec<String>,
+    },
 }
 
 impl Error {

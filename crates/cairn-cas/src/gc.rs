@@ -44,8 +44,7 @@ impl Mover {
             let p = match &mut self.out {
                 Some(p) => p,
                 None => {
-                    let no = w.next_pack;
-                    w.next_pack += 1;
+                    let no = inner.hand_out_pack(w)?;
                     self.out.insert(PackWriter::create(&inner.storage, &inner.dir, no)?)
                 }
             };
@@ -107,8 +106,10 @@ impl Store {
         };
         let names = storage.list_dir(dir).map_err(|e| Error::io(dir, e))?;
         let mut orphans: HashSet<u64> = HashSet::new();
+        let unaccounted = inner.suspects.lock().unaccounted_packs.clone();
         for no in names.iter().filter_map(|n| pack::parse_pack_name(n)) {
-            if !rows.contains_key(&no) {
+            // Packs the index never handed out are not this store's to delete.
+            if !rows.contains_key(&no) && !unaccounted.contains(&no) {
                 inner.forget_pack(no);
                 storage.remove_file(&pack::pack_path(dir, no)).map_err(|e| Error::io(pack::pack_path(dir, no), e))?;
                 orphans.insert(no);

@@ -9,6 +9,7 @@
 //! | `cas/b/<blob id>` | [`BlobRow`]: references, size and the chunk list (first page) |
 //! | `cas/x/<blob id><page u32 BE>` | further pages of a long chunk list |
 //! | `cas/p/<pack u64 BE>` | [`PackRow`]: committed and live bytes of a pack |
+//! | `cas/d/<chunk id>` | UTF-8: why the chunk is known damaged (recorded by verify) |
 
 use crate::store::LargeChunks;
 use crate::{Error, HashAlgo, Id, Result};
@@ -19,6 +20,9 @@ pub(crate) const CHUNK_PREFIX: &[u8] = b"c/";
 pub(crate) const BLOB_PREFIX: &[u8] = b"b/";
 pub(crate) const PAGE_PREFIX: &[u8] = b"x/";
 pub(crate) const PACK_PREFIX: &[u8] = b"p/";
+/// `d/<chunk id>` -> why: a chunk found damaged (by verify); writes re-store it from new
+/// content instead of sharing the damaged copy.
+pub(crate) const DAMAGED_PREFIX: &[u8] = b"d/";
 
 /// Chunk ids per blob row or page (2 MiB of ids).
 pub(crate) const IDS_PER_PAGE: usize = 65_536;

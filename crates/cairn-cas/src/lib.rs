@@ -10,6 +10,7 @@
 
 pub mod backend;
 pub mod config;
+mod damage;
 mod error;
 mod gc;
 mod id;
@@ -22,6 +23,7 @@ mod store;
 mod verify;
 
 pub use backend::{Backend, LocalBackend, Remote};
+pub use damage::RefcountFix;
 pub use error::{Error, Result};
 pub use gc::GcReport;
 pub use id::{HashAlgo, Hasher, Id};

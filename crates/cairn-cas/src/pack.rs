@@ -125,7 +125,8 @@ impl PackWriter {
     /// Creates pack `no` and writes its header (not yet synced).
     pub fn create(storage: &Arc<dyn Storage>, dir: &Path, no: u64) -> Result<PackWriter> {
         let path = pack_path(dir, no);
-        let mut file = storage.create(&path).map_err(|e| Error::io(&path, e))?;
+        // A pack file that exists is never replaced (its number was not this store's to give).
+        let mut file = storage.create_new(&path).map_err(|e| Error::io(&path, e))?;
         file.append(&header()).map_err(|e| Error::io(&path, e))?;
         Ok(PackWriter { no, path, file })
     }

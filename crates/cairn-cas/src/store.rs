@@ -252,6 +252,8 @@ pub(crate) struct Inner {
     fetching: Mutex<HashMap<u64, Arc<Mutex<()>>>>,
     /// The local pack directory and the backend, shared with the upload threads.
     local: Arc<Local>,
+    /// Chunks and packs known damaged or missing (see [`crate::damage`]).
+    pub suspects: Mutex<crate::damage::Suspects>,
 }
 
 impl std::ops::Deref for Inner {
@@ -374,8 +376,21 @@ impl Store {
         config.check()?;
         let dir = dir.into();
         storage.create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        let persisted_next_pack = match rows.get(index::NEXT_PACK)? {
+            Some(b) => u64::from_le_bytes(
+                b.as_ref().try_into().map_err(|_| Error::corruption("<index>", 0, "malformed next_pack row"))?,
+            ),
+            None => 1,
+        };
+        let (suspects, next_pack) =
+            crate::damage::survey(storage.as_ref(), &dir, &rows, persisted_next_pack, remote.is_none())?;
         let meta = match rows.get(index::META)? {
             Some(b) => Meta::decode(&b)?,
+            None if !suspects.unaccounted_packs.is_empty() => {
+                // An empty index beside packs: opening must not start numbering packs anew.
+                let packs = suspects.unaccounted_packs.iter().map(|no| pack::pack_name(*no, "pack")).collect();
+                return Err(Error::Unaccounted { dir, packs });
+            }
             None => {
                 let m = Meta {
                     hash: config.hash,
@@ -387,12 +402,6 @@ impl Store {
                 rows.put(index::META, m.encode())?;
                 m
             }
-        };
-        let next_pack = match rows.get(index::NEXT_PACK)? {
-            Some(b) => u64::from_le_bytes(
-                b.as_ref().try_into().map_err(|_| Error::corruption("<index>", 0, "malformed next_pack row"))?,
-            ),
-            None => 1,
         };
         let local = Arc::new(Local {
             storage,
@@ -413,11 +422,12 @@ impl Store {
                 pack: None,
                 pack_in_dir: false,
                 next_pack,
-                persisted_next_pack: next_pack,
+                persisted_next_pack,
                 sealed: Vec::new(),
             }),
             fetching: Mutex::new(HashMap::new()),
             local,
+            suspects: Mutex::new(suspects),
         };
         if inner.remote.is_some() {
             inner.remove_interrupted_downloads()?;
@@ -477,6 +487,7 @@ impl Store {
             pending: Vec::new(),
             pending_bytes: 0,
             written: 0,
+            restored: HashSet::new(),
         }
     }
 
@@ -485,7 +496,10 @@ impl Store {
     pub fn prepare(&self, data: &[u8]) -> Result<Prepared> {
         let m = self.inner.meta;
         let id = m.hash.hash(data);
-        if self.inner.blob_row(&id)?.is_some() {
+        let existed = self.inner.blob_row(&id)?.is_some();
+        // A stored blob is shared as it is unless something is known damaged: then its
+        // suspect chunks are carried, to be stored again.
+        if existed && !self.inner.any_suspect() {
             return Ok(Prepared { id, size: data.len() as u64, existed: true, chunks: Vec::new() });
         }
         // Hash the chunks of large content on every core.
@@ -496,13 +510,13 @@ impl Store {
                 let chunk = &data[off..off + len];
                 let cid = m.hash.hash(chunk);
                 let raw = match self.inner.chunk_row(&cid)? {
-                    Some(_) => None,
-                    None => Some(chunk.to_vec()),
+                    Some(row) if !self.inner.is_suspect_chunk(&cid, &row) => None,
+                    _ => Some(chunk.to_vec()),
                 };
                 Ok((cid, raw))
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Prepared { id, size: data.len() as u64, existed: false, chunks })
+        Ok(Prepared { id, size: data.len() as u64, existed, chunks })
     }
 
     /// Stores `data` (one reference) and commits.
@@ -709,6 +723,20 @@ impl Inner {
         Ok(ids)
     }
 
+    /// Hands out the number of a new pack file: the index records the next number (synced)
+    /// before the file exists, so every pack file below it is this store's to account for, and
+    /// one at or past it was never handed out (kept and reported, never reused or deleted; see
+    /// [`crate::damage`]).
+    pub(crate) fn hand_out_pack(&self, w: &mut WriterState) -> Result<u64> {
+        let no = w.next_pack;
+        let mut b = KeyspaceBatch::new();
+        b.put(&self.rows, index::NEXT_PACK, (no + 1).to_le_bytes())?;
+        self.rows.write(b)?;
+        w.next_pack = no + 1;
+        w.persisted_next_pack = no + 1;
+        Ok(no)
+    }
+
     pub fn pack_file(&self, no: u64) -> Result<Arc<dyn RandomAccessFile>> {
         if self.remote.is_some() {
             self.remote_state.lock().touch(no);
@@ -737,6 +765,14 @@ impl Inner {
                     fetching.remove(&no);
                 }
                 f
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && self.rows.get(index::pack_key(no))?.is_some() => {
+                // The index names it: the file was lost, which is damage, not an I/O hiccup.
+                return Err(Error::corruption(
+                    &path,
+                    0,
+                    "the pack file is missing (`cairn repair` stores its chunks again from a source)",
+                ));
             }
             r => r.map_err(|e| Error::io(&path, e))?,
         };
@@ -985,6 +1021,8 @@ pub struct Batch<'a> {
     pending_bytes: usize,
     /// Bytes appended to packs.
     written: u64,
+    /// Suspect chunks this batch stores again.
+    restored: HashSet<Id>,
 }
 
 /// The blob store's own rows are written by the store alone.
@@ -1041,8 +1079,7 @@ impl Batch<'_> {
             self.inner.close_pack(&mut self.w)?;
         }
         if self.w.pack.is_none() {
-            let no = self.w.next_pack;
-            self.w.next_pack += 1;
+            let no = self.inner.hand_out_pack(&mut self.w)?;
             self.w.pack_in_dir = false;
             self.w.pack = Some(PackWriter::create(&self.inner.storage, &self.inner.dir, no)?);
         }
@@ -1053,6 +1090,15 @@ impl Batch<'_> {
     /// yet. Returns the raw length of a chunk newly stored, `None` for one stored already.
     fn add_chunk_ref(&mut self, id: Id, make: impl FnOnce() -> Vec<u8>) -> Result<Option<u64>> {
         if let Some(mut row) = self.chunk_row(&id)? {
+            if row.pack != PENDING && self.inner.is_suspect_chunk(&id, &row) {
+                // Known damaged or missing: store this copy instead of sharing that one.
+                let raw = make();
+                if self.inner.meta.hash.hash(&raw) == id {
+                    let n = raw.len() as u64;
+                    self.restore_chunk(id, row, raw, 1)?;
+                    return Ok(Some(n));
+                }
+            }
             row.refs += 1;
             self.chunks.insert(id, row);
             return Ok(None);
@@ -1098,6 +1144,60 @@ impl Batch<'_> {
         Ok(())
     }
 
+    /// Stores `raw` again for chunk `id` (now at `row`, suspect), with `more` references added:
+    /// its old copy becomes dead bytes of its pack, the new one is written with the batch.
+    fn restore_chunk(&mut self, id: Id, row: ChunkRow, raw: Vec<u8>, more: u64) -> Result<()> {
+        if row.pack != PENDING {
+            let share = row.share();
+            let p = self.pack_row(row.pack)?;
+            p.live = p.live.saturating_sub(share);
+        }
+        let raw_len = raw.len() as u32;
+        let refs = row.refs + more;
+        self.chunks.insert(id, ChunkRow { pack: PENDING, offset: 0, entry_len: 0, raw_len, refs, group: None });
+        self.pending_bytes += raw.len();
+        self.pending.push((id, raw));
+        self.restored.insert(id);
+        if self.pending_bytes >= PENDING_LIMIT {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Stores again the suspect chunks prepared content carries (no reference taken): for a
+    /// caller that already holds a reference on the blob. Returns how many.
+    pub fn restore_prepared(&mut self, p: Prepared) -> Result<u64> {
+        let mut n = 0;
+        for (cid, raw) in p.chunks {
+            if let (Some(raw), Some(row)) = (raw, self.chunk_row(&cid)?)
+                && row.pack != PENDING
+                && self.inner.is_suspect_chunk(&cid, &row)
+            {
+                self.restore_chunk(cid, row, raw, 0)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Stores again every suspect chunk of `data` (no reference taken); returns how many.
+    pub fn restore_suspects(&mut self, data: &[u8]) -> Result<u64> {
+        let m = self.inner.meta;
+        let mut n = 0;
+        for (off, len) in cut_points(&m, data) {
+            let chunk = &data[off..off + len];
+            let cid = m.hash.hash(chunk);
+            if let Some(row) = self.chunk_row(&cid)?
+                && row.pack != PENDING
+                && self.inner.is_suspect_chunk(&cid, &row)
+            {
+                self.restore_chunk(cid, row, chunk.to_vec(), 0)?;
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
     fn drop_chunk_ref(&mut self, id: &Id) -> Result<()> {
         let mut row = self.chunk_row(id)?.ok_or(Error::MissingChunk(*id))?;
         row.refs -= 1;
@@ -1135,6 +1235,9 @@ impl Batch<'_> {
         let hash = self.inner.meta.hash;
         let id = hash.hash(data);
         if let Some(row) = self.blob_row(&id)? {
+            if self.inner.any_suspect() {
+                self.restore_suspects(data)?;
+            }
             return Ok(self.add_existing(id, row));
         }
         let m = self.inner.meta;
@@ -1156,7 +1259,10 @@ impl Batch<'_> {
     /// preparation skipped (because it was stored) has been deleted since; prepare again.
     pub fn put_prepared(&mut self, p: Prepared) -> Result<PutOutcome> {
         if let Some(row) = self.blob_row(&p.id)? {
-            return Ok(self.add_existing(p.id, row));
+            // Stored already: the chunks preparation carried are the suspect ones.
+            let id = p.id;
+            self.restore_prepared(p)?;
+            return Ok(self.add_existing(id, row));
         }
         if p.existed {
             return Err(Error::Stale(p.id));
@@ -1316,12 +1422,16 @@ impl Batch<'_> {
         for (no, row) in &self.packs {
             wb.put(rows, index::pack_key(*no), row.encode())?;
         }
+        for id in &self.restored {
+            wb.delete(rows, index::key(index::DAMAGED_PREFIX, id))?;
+        }
         let next_pack = self.w.next_pack;
         if next_pack != self.w.persisted_next_pack {
             wb.put(rows, index::NEXT_PACK, next_pack.to_le_bytes())?;
         }
         rows.write(wb)?;
         self.w.persisted_next_pack = next_pack;
+        self.inner.restored(&self.restored);
         // Only now may a sealed pack be uploaded: the index names its committed bytes.
         self.inner.upload_sealed(&mut self.w);
         Ok(self.written)
