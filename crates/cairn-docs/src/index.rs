@@ -1,15 +1,28 @@
 //! The full-text index: a tantivy index with one entry per document (its current content),
 //! keyed by the document id. It holds no stored fields: snippets are cut from the content in the
-//! blob store. Its commits lag the engine; the `docs/q/` queue rows say which entries to redo
-//! after a crash (see `Memory::open`).
+//! blob store.
+//!
+//! Requests never wait for a commit of the index on disk
+//! ([design](../../../docs/design/2026-12-07-index-layers.md)). A change goes into the *active*
+//! layer, a small tantivy index in memory that is committed (in memory) before the request
+//! returns, so it is searchable at once. A flush (a background thread, or [`SearchIndex::flush`])
+//! freezes the active layer, writes its changes to the disk index, commits that, and drops the
+//! frozen layer. A search sees the disk index, the frozen layer and the active layer as of one
+//! moment; an entry of an older layer is hidden when a newer layer changed its document, and BM25
+//! statistics are summed over the layers, so scores are those of one index holding it all.
+//! Durability comes from the engine: the `docs/q/` queue rows written with each change name the
+//! documents whose entries must be redone after a crash (see `Memory::open`); they are deleted
+//! once a flush has the entries on disk.
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Instant;
 
 use parking_lot::Mutex;
 use tantivy::collector::{Count, FilterCollector, TopDocs};
 use tantivy::directory::MmapDirectory;
+use tantivy::query::Bm25StatisticsProvider;
 use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{FAST, Field, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
 use tantivy::snippet::SnippetGenerator;
@@ -66,11 +79,121 @@ pub enum QueryMode {
     Words,
 }
 
+/// One change of the index: the entry of document `id` replaced by this text, or removed.
+#[derive(Clone, Debug)]
+pub(crate) struct Change {
+    pub id: u64,
+    /// (path, title, body); `None` removes the entry.
+    pub text: Option<(String, Option<String>, String)>,
+}
+
+impl Change {
+    /// The entry of `id` becomes `text` (none: no entry).
+    pub fn new(id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Change {
+        Change { id, text: text.map(|(t, b)| (path.to_string(), t.map(str::to_string), b.to_string())) }
+    }
+
+    fn bytes(&self) -> usize {
+        64 + self.text.as_ref().map_or(0, |(p, t, b)| p.len() + t.as_ref().map_or(0, String::len) + b.len())
+    }
+}
+
+/// The in-memory layer changes go to first.
+struct Active {
+    writer: IndexWriter,
+    reader: IndexReader,
+    /// Documents whose entries this layer changed (hidden in older layers).
+    touched: Arc<HashSet<u64>>,
+    /// The changes, in order, to write to the disk index.
+    changes: Vec<Change>,
+    /// Their size, and when the first came.
+    bytes: usize,
+    since: Option<Instant>,
+    /// Queue rows to delete once the changes are on disk.
+    seqs: Vec<u64>,
+}
+
+/// A layer being written to disk: searched until the disk index has it.
+struct Frozen {
+    reader: IndexReader,
+    touched: Arc<HashSet<u64>>,
+    changes: Vec<Change>,
+    seqs: Vec<u64>,
+}
+
+#[derive(Default)]
+struct Layers {
+    active: Option<Active>,
+    frozen: Option<Arc<Frozen>>,
+}
+
+/// The layers a search sees, taken at one moment (oldest first: disk, frozen, active).
+pub(crate) struct View {
+    disk: Searcher,
+    layers: Vec<(Searcher, Arc<HashSet<u64>>)>,
+}
+
+impl View {
+    fn searchers(&self) -> impl Iterator<Item = &Searcher> {
+        std::iter::once(&self.disk).chain(self.layers.iter().map(|(s, _)| s))
+    }
+}
+
+/// BM25 statistics summed over a view's layers: what one index holding them all would count
+/// (entries a newer layer replaced still count, as deleted entries of one index do until merged).
+struct Summed<'a>(&'a View);
+
+impl Bm25StatisticsProvider for Summed<'_> {
+    fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
+        let mut n = 0;
+        for s in self.0.searchers() {
+            n += s.total_num_tokens(field)?;
+        }
+        Ok(n)
+    }
+
+    fn total_num_docs(&self) -> tantivy::Result<u64> {
+        let mut n = 0;
+        for s in self.0.searchers() {
+            n += Bm25StatisticsProvider::total_num_docs(s)?;
+        }
+        Ok(n)
+    }
+
+    fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
+        let mut n = 0;
+        for s in self.0.searchers() {
+            n += s.doc_freq(term)?;
+        }
+        Ok(n)
+    }
+}
+
 pub(crate) struct SearchIndex {
     index: Index,
     pub f: Fields,
     writer: Mutex<IndexWriter>,
     reader: IndexReader,
+    layers: Mutex<Layers>,
+    /// Held by a flush from freezing to dropping the frozen layer: one at a time.
+    flushing: Mutex<()>,
+}
+
+/// Changes in the active layer beyond which a flush is due whatever its age.
+pub(crate) const FLUSH_BYTES: usize = 16 << 20;
+/// The age of the oldest change in the active layer at which a flush is due.
+pub(crate) const FLUSH_AGE: std::time::Duration = std::time::Duration::from_millis(1000);
+
+fn entry(f: &Fields, c: &Change) -> Option<TantivyDocument> {
+    let (path, title, body) = c.text.as_ref()?;
+    let mut d = TantivyDocument::new();
+    d.add_u64(f.id, c.id);
+    d.add_text(f.path, path);
+    if let Some(t) = title {
+        d.add_text(f.title, t);
+    }
+    d.add_text(f.body, body);
+    Some(d)
 }
 
 impl SearchIndex {
@@ -100,31 +223,147 @@ impl SearchIndex {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
         let writer = index.writer_with_num_threads(threads, (threads * 48) << 20)?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-        Ok((SearchIndex { index, f, writer: Mutex::new(writer), reader }, !existed))
+        let ix = SearchIndex {
+            index,
+            f,
+            writer: Mutex::new(writer),
+            reader,
+            layers: Mutex::default(),
+            flushing: Mutex::new(()),
+        };
+        Ok((ix, !existed))
     }
 
-    /// Replaces the entry of `id`: removes it, then adds the new text if any.
+    fn new_active(&self) -> Result<Active> {
+        let index = Index::create_in_ram(self.index.schema());
+        index.tokenizers().register(ANALYZER, analyzer());
+        let writer = index.writer_with_num_threads(1, 15 << 20)?;
+        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+        Ok(Active {
+            writer,
+            reader,
+            touched: Arc::default(),
+            changes: Vec::new(),
+            bytes: 0,
+            since: None,
+            seqs: Vec::new(),
+        })
+    }
+
+    /// Applies `changes` to the active layer and makes them searchable before returning; `seqs`
+    /// are the queue rows naming them, deleted by the flush that puts them on disk.
+    pub fn apply(&self, changes: Vec<Change>, seqs: Vec<u64>) -> Result<()> {
+        if changes.is_empty() && seqs.is_empty() {
+            return Ok(());
+        }
+        let mut l = self.layers.lock();
+        if l.active.is_none() {
+            l.active = Some(self.new_active()?);
+        }
+        let a = l.active.as_mut().ok_or_else(|| Error::InvalidArgument("no active layer".into()))?;
+        let touched = Arc::make_mut(&mut a.touched);
+        for c in &changes {
+            a.writer.delete_term(Term::from_field_u64(self.f.id, c.id));
+            if let Some(d) = entry(&self.f, c) {
+                a.writer.add_document(d)?;
+            }
+            touched.insert(c.id);
+            a.bytes += c.bytes();
+        }
+        a.writer.commit()?;
+        a.reader.reload()?;
+        a.changes.extend(changes);
+        a.seqs.extend(seqs);
+        a.since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Whether the active layer has grown well past the flush size (the flusher is behind).
+    pub fn flush_overdue(&self) -> bool {
+        self.layers.lock().active.as_ref().is_some_and(|a| a.bytes >= 4 * FLUSH_BYTES)
+    }
+
+    /// Whether the active layer is due to be flushed (by size or by age).
+    pub fn flush_due(&self) -> bool {
+        let l = self.layers.lock();
+        l.active.as_ref().is_some_and(|a| a.bytes >= FLUSH_BYTES || a.since.is_some_and(|t| t.elapsed() >= FLUSH_AGE))
+    }
+
+    /// Writes every change of the layers to the disk index and commits it; returns the queue
+    /// rows the layers named, now to be deleted. A failed flush leaves the frozen layer to be
+    /// searched and written again by the next one (writing a change twice is harmless).
+    pub fn flush(&self) -> Result<Vec<u64>> {
+        let _one = self.flushing.lock();
+        let frozen = {
+            let mut l = self.layers.lock();
+            if let Some(f) = l.frozen.clone() {
+                // An earlier flush failed: write that layer first.
+                f
+            } else if let Some(a) = l.active.take() {
+                let f = Arc::new(Frozen { reader: a.reader, touched: a.touched, changes: a.changes, seqs: a.seqs });
+                l.frozen = Some(f.clone());
+                f
+            } else {
+                return Ok(Vec::new());
+            }
+        };
+        {
+            let mut w = self.writer.lock();
+            let wrote = (|| {
+                for c in &frozen.changes {
+                    w.delete_term(Term::from_field_u64(self.f.id, c.id));
+                    if let Some(d) = entry(&self.f, c) {
+                        w.add_document(d)?;
+                    }
+                }
+                w.commit()?;
+                Ok::<_, Error>(())
+            })();
+            if let Err(e) = wrote {
+                let _ = w.rollback();
+                return Err(e);
+            }
+        }
+        // At one moment (views are taken under the same lock): the disk reader sees the changes
+        // and the frozen layer stops being searched.
+        let mut l = self.layers.lock();
+        self.reader.reload()?;
+        l.frozen = None;
+        drop(l);
+        Ok(frozen.seqs.clone())
+    }
+
+    /// The layers to search, as of now.
+    pub fn view(&self) -> View {
+        let l = self.layers.lock();
+        let mut layers = Vec::with_capacity(2);
+        if let Some(f) = &l.frozen {
+            layers.push((f.reader.searcher(), f.touched.clone()));
+        }
+        if let Some(a) = &l.active {
+            layers.push((a.reader.searcher(), a.touched.clone()));
+        }
+        View { disk: self.reader.searcher(), layers }
+    }
+
+    /// Replaces the entry of `id` in the disk index directly (bulk work: the layers must be
+    /// flushed first, and [`SearchIndex::commit`] called after): removes it, then adds the new
+    /// text if any.
     pub fn replace(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Result<()> {
         self.writer.lock().delete_term(Term::from_field_u64(self.f.id, id));
         self.insert(id, path, text)
     }
 
-    /// Adds the entry of an `id` the index has never held (no delete to apply).
+    /// Adds the entry of an `id` the index has never held, in the disk index directly (as
+    /// [`SearchIndex::replace`]).
     pub fn insert(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Result<()> {
-        if let Some((title, body)) = text {
-            let mut d = TantivyDocument::new();
-            d.add_u64(self.f.id, id);
-            d.add_text(self.f.path, path);
-            if let Some(t) = title {
-                d.add_text(self.f.title, t);
-            }
-            d.add_text(self.f.body, body);
+        if let Some(d) = entry(&self.f, &Change::new(id, path, text)) {
             self.writer.lock().add_document(d)?;
         }
         Ok(())
     }
 
-    /// Makes every change so far durable and visible to searches.
+    /// Makes the changes written to the disk index directly durable and visible to searches.
     pub fn commit(&self) -> Result<()> {
         self.writer.lock().commit()?;
         self.reader.reload()?;
@@ -137,11 +376,8 @@ impl SearchIndex {
         Ok(())
     }
 
-    pub fn searcher(&self) -> Searcher {
-        self.reader.searcher()
-    }
-
-    /// The document id of every entry in the committed index (an id twice means a duplicate).
+    /// The document id of every entry in the disk index (an id twice means a duplicate); flush
+    /// first to see every change.
     pub fn ids(&self) -> Result<Vec<u64>> {
         let searcher = self.reader.searcher();
         let mut out = Vec::new();
@@ -156,7 +392,7 @@ impl SearchIndex {
         Ok(out)
     }
 
-    /// Entries in the committed index.
+    /// Entries in the disk index (flush first to count every change).
     pub fn num_docs(&self) -> u64 {
         self.reader.searcher().num_docs()
     }
@@ -184,37 +420,67 @@ impl SearchIndex {
         }
     }
 
-    /// The best `limit` hits after `offset` (score, document id) and the number of matches;
-    /// with `allowed`, only those document ids count.
+    /// The best `limit` hits after `offset` (score, document id) over the layers of `view`, and
+    /// the number of matches; with `allowed`, only those document ids count.
     pub fn top(
         &self,
-        searcher: &Searcher,
+        view: &View,
         query: &dyn Query,
         limit: usize,
         offset: usize,
         allowed: Option<Arc<HashSet<u64>>>,
     ) -> Result<(Vec<(f32, u64)>, usize)> {
-        let top = TopDocs::with_limit(limit.max(1)).and_offset(offset);
-        let (count, hits): (usize, Vec<(f32, DocAddress)>) = match allowed {
-            None => searcher.search(query, &(Count, top))?,
-            Some(set) => {
-                let pred = move |id: u64| set.contains(&id);
-                searcher.search(query, &FilterCollector::new("id".to_string(), pred, (Count, top)))?
-            }
-        };
-        let mut out = Vec::with_capacity(hits.len());
-        for (score, addr) in hits.into_iter().take(limit) {
-            let col = searcher.segment_reader(addr.segment_ord).fast_fields().u64("id")?;
-            if let Some(id) = col.first(addr.doc_id) {
-                out.push((score, id));
+        let stats = Summed(view);
+        let want = (offset + limit).max(1);
+        let mut all: Vec<(f32, u64)> = Vec::new();
+        let mut total = 0usize;
+        let searchers: Vec<&Searcher> = view.searchers().collect();
+        for (i, searcher) in searchers.iter().enumerate() {
+            // Entries of documents a newer layer changed are that layer's to show.
+            let newer: Vec<Arc<HashSet<u64>>> =
+                view.layers.iter().skip(i).map(|(_, t)| t.clone()).filter(|t| !t.is_empty()).collect();
+            let allowed = allowed.clone();
+            let top = TopDocs::with_limit(want);
+            let (count, hits): (usize, Vec<(f32, DocAddress)>) = if newer.is_empty() && allowed.is_none() {
+                searcher.search_with_statistics_provider(query, &(Count, top), &stats)?
+            } else {
+                let pred = move |id: u64| {
+                    allowed.as_ref().is_none_or(|a| a.contains(&id)) && !newer.iter().any(|t| t.contains(&id))
+                };
+                let c = FilterCollector::new("id".to_string(), pred, (Count, top));
+                searcher.search_with_statistics_provider(query, &c, &stats)?
+            };
+            total += count;
+            for (score, addr) in hits {
+                let col = searcher.segment_reader(addr.segment_ord).fast_fields().u64("id")?;
+                if let Some(id) = col.first(addr.doc_id) {
+                    all.push((score, id));
+                }
             }
         }
-        Ok((out, count))
+        all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
+        Ok((all.into_iter().skip(offset).take(limit).collect(), total))
     }
 
-    pub fn snippets(&self, searcher: &Searcher, query: &dyn Query) -> Result<SnippetGenerator> {
-        let mut g = SnippetGenerator::create(searcher, query, self.f.body)?;
-        g.set_max_num_chars(240);
-        Ok(g)
+    /// A snippet generator for `query` whose term weights count every layer of `view` (a term
+    /// only in memory still highlights).
+    pub fn snippets(&self, view: &View, query: &dyn Query) -> Result<SnippetGenerator> {
+        let mut terms: std::collections::BTreeSet<Term> = std::collections::BTreeSet::new();
+        query.query_terms(&mut |term, _| {
+            if term.field() == self.f.body {
+                terms.insert(term.clone());
+            }
+        });
+        let stats = Summed(view);
+        let mut weights = std::collections::BTreeMap::new();
+        for term in terms {
+            let Some(text) = term.value().as_str().map(str::to_string) else { continue };
+            let df = stats.doc_freq(&term)?;
+            if df > 0 {
+                weights.insert(text, 1.0 / (1.0 + df as f32));
+            }
+        }
+        let tokenizer = self.index.tokenizer_for_field(self.f.body)?;
+        Ok(SnippetGenerator::new(weights, tokenizer, self.f.body, 240))
     }
 }

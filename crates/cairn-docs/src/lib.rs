@@ -197,35 +197,72 @@ pub struct MemoryStats {
     pub bytes: u64,
 }
 
-struct WriteState {
+pub(crate) struct WriteState {
     next_id: u64,
     next_seq: u64,
-    /// Queue rows whose index changes are applied but not committed yet.
+    /// Queue rows whose changes were written to the disk index directly, not committed yet.
     uncommitted: Vec<u64>,
 }
 
 impl WriteState {
     /// Puts a `docs/q/` row for document `id` into `batch`: its index entry must be redone if
-    /// the index is not committed before a crash. Remembered until the next index commit.
-    fn queue_index(&mut self, rows_ks: &Keyspace, batch: &mut cairn_cas::Batch<'_>, id: u64) -> Result<()> {
+    /// the index on disk does not have it before a crash. Returns the row's sequence number.
+    fn queue_index(&mut self, rows_ks: &Keyspace, batch: &mut cairn_cas::Batch<'_>, id: u64) -> Result<u64> {
         let seq = self.next_seq;
         self.next_seq += 1;
         batch.kv_put(rows_ks, rows::queue_key(seq), id.to_be_bytes())?;
-        self.uncommitted.push(seq);
-        Ok(())
+        Ok(seq)
     }
 }
+
+/// Deletes queue rows whose index changes are on disk.
+fn forget_queued(rows_ks: &Keyspace, seqs: Vec<u64>) -> Result<()> {
+    if seqs.is_empty() {
+        return Ok(());
+    }
+    let mut b = KeyspaceBatch::new();
+    for seq in seqs {
+        b.delete(rows_ks, rows::queue_key(seq))?;
+    }
+    // Losing these deletes only makes the next open redo idempotent index work.
+    rows_ks.write_opt(b, WriteOptions::no_sync())?;
+    Ok(())
+}
+
+/// Index changes of one write beyond which they go to the disk index directly (bulk adds)
+/// instead of through the in-memory layer.
+const BULK_CHANGES: usize = 1024;
+const BULK_BYTES: usize = 8 << 20;
 
 struct Inner {
     /// The memory's rows (the engine's `docs` keyspace).
     rows: Keyspace,
     store: Store,
-    index: index::SearchIndex,
+    index: Arc<index::SearchIndex>,
     write: Mutex<WriteState>,
     /// Add jobs waiting for the next group commit.
     queue: Mutex<Vec<AddJob>>,
     /// What opening found and worked around (documents whose content could not be read).
-    warnings: Mutex<Vec<String>>,
+    warnings: Arc<Mutex<Vec<String>>>,
+    /// The index's background flusher: stopped and joined when the memory is dropped, so the
+    /// engine is released with the last handle.
+    flusher: Mutex<Option<Flusher>>,
+}
+
+/// The thread that writes the index's in-memory layers to disk.
+struct Flusher {
+    stop: Arc<(Mutex<bool>, parking_lot::Condvar)>,
+    handle: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for Flusher {
+    fn drop(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
 }
 
 /// One `add` call waiting to be written by whoever holds the write lock next.
@@ -266,7 +303,15 @@ impl Memory {
         };
         let write = Mutex::new(WriteState { next_id, next_seq, uncommitted: Vec::new() });
         let m = Memory {
-            inner: Arc::new(Inner { rows, store, index, write, queue: Mutex::default(), warnings: Mutex::default() }),
+            inner: Arc::new(Inner {
+                rows,
+                store,
+                index: Arc::new(index),
+                write,
+                queue: Mutex::default(),
+                warnings: Arc::default(),
+                flusher: Mutex::default(),
+            }),
         };
         if let Some(why) = damaged {
             m.inner.warnings.lock().push(format!(
@@ -275,7 +320,50 @@ impl Memory {
             ));
         }
         m.reconcile(created)?;
+        m.spawn_flusher();
         Ok(m)
+    }
+
+    /// Starts the thread that writes the index's in-memory layers to disk when they are due
+    /// (by age or size). A failed flush is retried (the changes stay searchable in memory and
+    /// durable in the queue rows) and reported once.
+    fn spawn_flusher(&self) {
+        let stop: Arc<(Mutex<bool>, parking_lot::Condvar)> = Arc::default();
+        let (index, rows, warnings) = (self.inner.index.clone(), self.inner.rows.clone(), self.inner.warnings.clone());
+        let st = stop.clone();
+        let spawned = std::thread::Builder::new().name("cairn-docs-flush".into()).spawn(move || {
+            let mut failing = false;
+            loop {
+                {
+                    let mut stopped = st.0.lock();
+                    if !*stopped {
+                        st.1.wait_for(&mut stopped, std::time::Duration::from_millis(50));
+                    }
+                    if *stopped {
+                        return;
+                    }
+                }
+                if !index.flush_due() {
+                    continue;
+                }
+                match index.flush().and_then(|seqs| forget_queued(&rows, seqs)) {
+                    Ok(()) => failing = false,
+                    Err(e) if !failing => {
+                        failing = true;
+                        warnings.lock().push(format!(
+                            "writing the full-text index to disk failed ({e}); retrying (searches see every change, \
+                             and the next open redoes what is not on disk)"
+                        ));
+                    }
+                    Err(_) => {}
+                }
+            }
+        });
+        match spawned {
+            Ok(h) => *self.inner.flusher.lock() = Some(Flusher { stop, handle: Some(h) }),
+            // No thread: flushes happen when writers find the layer overdue, and on commit.
+            Err(_) => self.inner.warnings.lock().push("could not start the index flusher thread".into()),
+        }
     }
 
     /// The blob store underneath.
@@ -322,7 +410,7 @@ impl Memory {
     /// Puts the current content of `doc` into the index; when its content cannot be read
     /// (damaged or missing in the blob store), leaves it out of the index and says why (the
     /// index is derived: `rebuild_index` puts it back once the content is repaired).
-    fn reindex_or_leave_out(&self, doc: &DocRecord) -> Result<Option<String>> {
+    pub(crate) fn reindex_or_leave_out(&self, doc: &DocRecord) -> Result<Option<String>> {
         match self.reindex(doc) {
             Ok(()) => Ok(None),
             Err(Error::Cas(e)) => {
@@ -348,23 +436,57 @@ impl Memory {
         self.inner.index.replace(doc.id, &doc.path, text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())))
     }
 
-    fn commit_locked(&self, w: &mut WriteState) -> Result<()> {
+    /// Writes the in-memory index layers to the disk index and commits it, with the changes
+    /// written to it directly; deletes the queue rows of everything now on disk.
+    pub(crate) fn commit_locked(&self, w: &mut WriteState) -> Result<()> {
+        let mut seqs = self.inner.index.flush()?;
         self.inner.index.commit()?;
-        if !w.uncommitted.is_empty() {
-            let mut b = KeyspaceBatch::new();
-            for seq in w.uncommitted.drain(..) {
-                b.delete(&self.inner.rows, rows::queue_key(seq))?;
-            }
-            // Losing these deletes only makes the next open redo idempotent index work.
-            self.inner.rows.write_opt(b, WriteOptions::no_sync())?;
-        }
-        Ok(())
+        seqs.append(&mut w.uncommitted);
+        self.forget_queued(seqs)
     }
 
-    /// Commits the full-text index: every document added so far becomes searchable.
+    /// Deletes queue rows whose index changes are on disk.
+    fn forget_queued(&self, seqs: Vec<u64>) -> Result<()> {
+        forget_queued(&self.inner.rows, seqs)
+    }
+
+    /// Writes the index's in-memory layers to disk (what the background flusher does); adds
+    /// and removals meanwhile go on, and searches never wait for it.
+    pub fn flush_index(&self) -> Result<()> {
+        let seqs = self.inner.index.flush()?;
+        self.forget_queued(seqs)
+    }
+
+    /// Commits the full-text index to disk: every change so far is durable there (searches see
+    /// every change as soon as it returns, without this).
     pub fn commit(&self) -> Result<()> {
         let mut w = self.inner.write.lock();
         self.commit_locked(&mut w)
+    }
+
+    /// Applies the index changes of one write: through the in-memory layer, or, for a bulk
+    /// write, to the disk index directly (after the layers, which must not hide them) and
+    /// committed before the write returns.
+    fn index_changes(&self, w: &mut WriteState, changes: Vec<index::Change>, seqs: Vec<u64>) -> Result<()> {
+        let bytes: usize = changes.iter().map(|c| c.text.as_ref().map_or(0, |t| t.2.len())).sum();
+        if changes.len() < BULK_CHANGES && bytes < BULK_BYTES {
+            self.inner.index.apply(changes, seqs)?;
+            if self.inner.index.flush_overdue() {
+                // The flusher is behind: this writer waits for it, so memory stays bounded. The
+                // write itself is done (durable, searchable): a failed flush is the flusher's
+                // to retry, not this write's error.
+                let _ = self.flush_index();
+            }
+            return Ok(());
+        }
+        self.flush_index()?;
+        for c in &changes {
+            let text = c.text.as_ref().map(|(_, t, b)| (t.as_deref(), b.as_str()));
+            let path = c.text.as_ref().map_or("", |t| t.0.as_str());
+            self.inner.index.replace(c.id, path, text)?;
+        }
+        w.uncommitted.extend(seqs);
+        self.commit_locked(w)
     }
 
     /// Commits the index and closes the engine.
@@ -420,13 +542,11 @@ impl Memory {
     /// Writes queued add jobs in one batch; one list of outcomes per job.
     fn add_group(&self, w: &mut WriteState, jobs: Vec<AddJob>) -> Result<Vec<Vec<Added>>> {
         let now = rows::now_micros();
-        // Ids from here on are new: the index holds nothing under them (ids above the highest
-        // document are only reused after a removal, whose index delete open() has replayed).
-        let first_new = w.next_id;
         let mut batch = self.inner.store.batch();
         let mut touched: HashMap<Vec<u8>, (DocRecord, Option<DocRecord>)> = HashMap::new();
         let mut outs = Vec::with_capacity(jobs.len());
         let mut reindex: Vec<(u64, Option<extract::Extracted>)> = Vec::new();
+        let mut seqs = Vec::new();
         for job in jobs {
             let opts = &job.opts;
             let mut out = Vec::with_capacity(job.staged.len());
@@ -437,7 +557,12 @@ impl Memory {
                 };
                 let hash = s.prepared.id().to_hex();
                 let (mut doc, status) = match &before {
-                    Some(d) if d.hash == hash => (d.clone(), AddStatus::Unchanged),
+                    Some(d) if d.hash == hash => {
+                        // The same content: a chunk of it known damaged is stored again from
+                        // this copy.
+                        batch.restore_prepared(s.prepared)?;
+                        (d.clone(), AddStatus::Unchanged)
+                    }
                     _ => {
                         let put = match batch.put_prepared(s.prepared) {
                             Err(cairn_cas::Error::Stale(_)) => {
@@ -472,7 +597,7 @@ impl Memory {
                         };
                         let v = VersionRecord { version, hash, size: doc.size, mime: doc.mime.clone(), added: now };
                         batch.kv_put(&self.inner.rows, rows::version_key(id, version), encode(&v))?;
-                        w.queue_index(&self.inner.rows, &mut batch, id)?;
+                        seqs.push(w.queue_index(&self.inner.rows, &mut batch, id)?);
                         reindex.retain(|(i, _)| *i != id);
                         reindex.push((id, s.text));
                         let status = if before.is_some() { AddStatus::NewVersion } else { AddStatus::Added };
@@ -505,19 +630,17 @@ impl Memory {
             }
         }
         batch.commit()?;
+        let by_id: HashMap<u64, &DocRecord> = touched.values().map(|(d, _)| (d.id, d)).collect();
+        let mut changes = Vec::with_capacity(reindex.len());
         for (id, text) in reindex {
-            let Some((doc, _)) = touched.values().find(|(d, _)| d.id == id) else { continue };
-            let text = text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str()));
-            if id >= first_new {
-                self.inner.index.insert(id, &doc.path, text)?;
-            } else {
-                self.inner.index.replace(id, &doc.path, text)?;
-            }
+            let Some(doc) = by_id.get(&id) else { continue };
+            changes.push(index::Change::new(
+                id,
+                &doc.path,
+                text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())),
+            ));
         }
-        // Keep the uncommitted index work bounded.
-        if w.uncommitted.len() >= 50_000 {
-            self.commit_locked(w)?;
-        }
+        self.index_changes(w, changes, seqs)?;
         Ok(outs)
     }
 
@@ -578,15 +701,16 @@ impl Memory {
         };
         doc.tags.extend(opts.tags.iter().cloned());
         doc.meta.extend(opts.meta.iter().cloned());
+        let mut seqs = Vec::new();
         if status != AddStatus::Unchanged {
             let v = VersionRecord { version, hash, size: put.size, mime: doc.mime.clone(), added: now };
             batch.kv_put(&self.inner.rows, rows::version_key(id, version), encode(&v))?;
-            w.queue_index(&self.inner.rows, &mut batch, id)?;
+            seqs.push(w.queue_index(&self.inner.rows, &mut batch, id)?);
         }
         write_doc_rows(&mut RowSink::Cas(&self.inner.rows, &mut batch), &doc, before.as_ref())?;
         batch.commit()?;
         if status != AddStatus::Unchanged {
-            self.inner.index.replace(id, path, None)?;
+            self.index_changes(&mut w, vec![index::Change::new(id, path, None)], seqs)?;
         }
         Ok(Added { doc, status })
     }
@@ -668,6 +792,7 @@ impl Memory {
         let mut batch = self.inner.store.batch();
         let mut missing = Vec::new();
         let mut removed = Vec::new();
+        let mut seqs = Vec::new();
         for p in paths {
             let Some(doc) = self.doc_by_path(p)? else {
                 missing.push(p.clone());
@@ -684,13 +809,12 @@ impl Memory {
             }
             let mut sink = RowSink::Cas(&self.inner.rows, &mut batch);
             delete_doc_rows(&mut sink, &doc)?;
-            w.queue_index(&self.inner.rows, &mut batch, doc.id)?;
+            seqs.push(w.queue_index(&self.inner.rows, &mut batch, doc.id)?);
             removed.push(doc.id);
         }
         batch.commit()?;
-        for id in removed {
-            self.inner.index.replace(id, "", None)?;
-        }
+        let changes = removed.into_iter().map(|id| index::Change::new(id, "", None)).collect();
+        self.index_changes(&mut w, changes, seqs)?;
         Ok(missing)
     }
 
@@ -832,12 +956,6 @@ impl Memory {
     }
 
     fn search_unguarded(&self, query: &str, opts: &SearchOptions) -> Result<SearchResults> {
-        {
-            let mut w = self.inner.write.lock();
-            if !w.uncommitted.is_empty() {
-                self.commit_locked(&mut w)?;
-            }
-        }
         let idx = &self.inner.index;
         let (q, warnings) = idx.parse(query, opts.mode)?;
         let allowed = if opts.filter.is_empty() {
@@ -847,22 +965,43 @@ impl Memory {
         } else {
             Some(Arc::new(self.list(&opts.filter)?.into_iter().map(|d| d.id).collect()))
         };
-        let searcher = idx.searcher();
-        let (top, total) = idx.top(&searcher, q.as_ref(), opts.limit, opts.offset, allowed)?;
-        let generator = if opts.snippets { Some(idx.snippets(&searcher, q.as_ref())?) } else { None };
-        let mut hits = Vec::with_capacity(top.len());
-        for (score, id) in top {
-            // An entry whose document is gone (a removal not yet committed to the index) is skipped.
-            let Some(doc) = self.doc_by_id(id)? else { continue };
+        // Every change made so far, without waiting for a commit.
+        let view = idx.view();
+        // An entry whose document is gone (a removal not committed to the index yet, or rows a
+        // crash lost) is skipped, and the page is filled from further entries, so a page of
+        // ten shows ten while there are ten.
+        let mut want = opts.limit;
+        let (docs, total) = loop {
+            let (top, total) = idx.top(&view, q.as_ref(), want, opts.offset, allowed.clone())?;
+            let exhausted = top.len() < want;
+            let mut docs = Vec::with_capacity(opts.limit);
+            for (score, id) in top {
+                if let Some(doc) = self.doc_by_id(id)? {
+                    docs.push((score, doc));
+                    if docs.len() == opts.limit {
+                        break;
+                    }
+                }
+            }
+            if docs.len() == opts.limit || exhausted || want >= opts.limit + 10_000 {
+                break (docs, total);
+            }
+            want += (opts.limit - docs.len()) * 2 + 8;
+        };
+        let generator = if opts.snippets { Some(idx.snippets(&view, q.as_ref())?) } else { None };
+        let mut hits = Vec::with_capacity(docs.len());
+        for (score, doc) in docs {
             let snippet = match &generator {
-                Some(g) if doc.indexed => {
-                    let content = self.inner.store.get(&rows::parse_hash(&doc.path, &doc.hash)?)?;
-                    extract::extract(Kind::from_mime(&doc.mime), &content).and_then(|t| {
+                // A hit whose content cannot be read is still a hit, without a snippet.
+                Some(g) if doc.indexed => rows::parse_hash(&doc.path, &doc.hash)
+                    .ok()
+                    .and_then(|id| self.inner.store.get(&id).ok())
+                    .and_then(|content| extract::extract(Kind::from_mime(&doc.mime), &content))
+                    .and_then(|t| {
                         let s = g.snippet(&t.body);
                         (!s.fragment().is_empty())
                             .then(|| Snippet { text: s.fragment().to_string(), highlights: s.highlighted().to_vec() })
-                    })
-                }
+                    }),
                 _ => None,
             };
             hits.push(SearchHit { score, doc, snippet });
@@ -890,6 +1029,7 @@ impl Memory {
     /// content cannot be read (path, why).
     pub fn rebuild_index_report(&self) -> Result<(u64, Vec<(String, String)>)> {
         let mut w = self.inner.write.lock();
+        self.flush_index()?;
         self.inner.index.clear()?;
         let mut n = 0;
         let mut left_out = Vec::new();
@@ -943,7 +1083,7 @@ fn check_labels(opts: &AddOptions) -> Result<()> {
 }
 
 /// Where row changes go: a blob-store batch (with blob references) or a plain engine batch.
-enum RowSink<'a, 'b> {
+pub(crate) enum RowSink<'a, 'b> {
     Cas(&'a Keyspace, &'a mut cairn_cas::Batch<'b>),
     Kv(&'a Keyspace, &'a mut KeyspaceBatch),
 }
@@ -968,7 +1108,7 @@ impl RowSink<'_, '_> {
 
 /// Writes a document's record and its path/tag/metadata rows, removing the rows of `before`
 /// that no longer hold.
-fn write_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord, before: Option<&DocRecord>) -> Result<()> {
+pub(crate) fn write_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord, before: Option<&DocRecord>) -> Result<()> {
     sink.put(&rows::doc_key(doc.id), &encode(doc))?;
     if before.is_none_or(|b| b.key() != doc.key()) {
         sink.put(&rows::path_key(&doc.key()), &doc.id.to_be_bytes())?;

@@ -190,3 +190,65 @@ impl Memory {
         Ok(out)
     }
 }
+
+impl Memory {
+    /// Rewrites the path, tag and metadata rows from the document records (after `verify`
+    /// found rows that disagree with them): they are derived from the records. Returns the
+    /// documents whose rows were written.
+    pub fn rebuild_rows(&self) -> Result<u64> {
+        let _w = self.inner.write.lock();
+        let rows_ks = &self.inner.rows;
+        let mut b = cairn_kv::KeyspaceBatch::new();
+        for prefix in [rows::PATH, rows::TAG, rows::META] {
+            let end = cairn_kv::prefix_successor(prefix).expect("row prefixes end below 0xff");
+            b.delete_range(rows_ks, prefix, end)?;
+        }
+        let mut n = 0;
+        for kv in rows_ks.prefix(rows::DOC) {
+            let (k, v) = kv?;
+            let Ok(d) = decode::<DocRecord>(&k, &v) else { continue };
+            crate::write_doc_rows(&mut crate::RowSink::Kv(rows_ks, &mut b), &d, None)?;
+            n += 1;
+        }
+        rows_ks.write(b)?;
+        Ok(n)
+    }
+}
+
+impl Memory {
+    /// Makes the full-text index agree with the rows after the engine lost a tail of its log
+    /// (the index may hold documents whose rows are gone, or old text): removes entries of
+    /// documents that do not exist or are not indexed, and indexes again every document the
+    /// index lacks. Returns (entries removed, documents indexed again).
+    pub fn resync_index(&self) -> Result<(u64, u64)> {
+        let mut w = self.inner.write.lock();
+        let mut docs: HashMap<u64, DocRecord> = HashMap::new();
+        for kv in self.inner.rows.prefix(rows::DOC) {
+            let (k, v) = kv?;
+            if let Ok(d) = decode::<DocRecord>(&k, &v) {
+                docs.insert(d.id, d);
+            }
+        }
+        let in_index: HashSet<u64> = self.inner.index.ids()?.into_iter().collect();
+        let (mut removed, mut added) = (0, 0);
+        for id in &in_index {
+            if docs.get(id).is_none_or(|d| !d.indexed) {
+                self.inner.index.replace(*id, "", None)?;
+                removed += 1;
+            }
+        }
+        for d in docs.values() {
+            if d.indexed && !in_index.contains(&d.id) {
+                if let Some(why) = self.reindex_or_leave_out(d)? {
+                    self.inner.warnings.lock().push(why);
+                } else {
+                    added += 1;
+                }
+            }
+        }
+        if removed + added > 0 {
+            self.commit_locked(&mut w)?;
+        }
+        Ok((removed, added))
+    }
+}

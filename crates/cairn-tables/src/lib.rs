@@ -953,6 +953,28 @@ impl Tables {
         Ok(n)
     }
 
+    /// Rebuilds every index of `table` from its records (after `verify` found one that
+    /// disagrees): each is marked not ready, its entries are dropped, and it is filled again
+    /// in the background while writes go on; waits until all are ready. Returns their names.
+    pub fn rebuild_indexes(&self, table: &str) -> Result<Vec<String>> {
+        let ixs = self.transaction(|tx| {
+            let mut def = (*tx.def(table)?).clone();
+            def.indexes.iter_mut().for_each(|i| i.ready = false);
+            tx.put_def(table, Some(&def))?;
+            Ok(def.indexes.clone())
+        })?;
+        for ix in &ixs {
+            let p = keys::index_prefix(table, ix.id);
+            let end = prefix_successor(&p).expect("ends in /");
+            self.inner.rows.delete_range(p, end)?;
+            self.spawn_builder(table, ix.id, &ix.name);
+        }
+        for ix in &ixs {
+            self.wait_for_index(table, &ix.name)?;
+        }
+        Ok(ixs.into_iter().map(|i| i.name).collect())
+    }
+
     /// Stops index builders (they resume on the next open).
     pub fn close(&self) {
         self.inner.closing.store(true, Ordering::Relaxed);

@@ -146,6 +146,34 @@ impl Trees {
         Ok(report)
     }
 
+    /// Every blob the tree layer holds a reference on (its ownership rows).
+    pub fn owned_blobs(&self) -> Result<Vec<Id>> {
+        let mut out = Vec::new();
+        for item in self.rows.prefix(rows::OWN_PREFIX) {
+            let (k, _) = item?;
+            out.push(
+                Id::from_slice(&k[rows::OWN_PREFIX.len()..])
+                    .ok_or_else(|| Error::corrupt("ownership row", "bad key"))?,
+            );
+        }
+        Ok(out)
+    }
+
+    /// The source directories of every snapshot (where damaged content can be read again).
+    pub fn sources(&self) -> Result<Vec<std::path::PathBuf>> {
+        let mut v: Vec<std::path::PathBuf> = self.snapshots()?.into_iter().map(|s| s.source.into()).collect();
+        v.sort();
+        v.dedup();
+        Ok(v)
+    }
+
+    /// Unlinks shared checkout copies that were changed after checkout (`verify_shared_files`
+    /// names them); checkouts linking to them keep their files. Returns how many.
+    pub fn remove_changed_shared_files(&self, paths: &[String]) -> Result<u64> {
+        let live: HashSet<Id> = self.owned_blobs()?.into_iter().collect();
+        self.prune_shared_files(&live, paths)
+    }
+
     /// Disk usage of one snapshot, or of all of them (`None`).
     pub fn du(&self, name: Option<&str>) -> Result<DuReport> {
         let snaps = match name {

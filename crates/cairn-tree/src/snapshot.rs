@@ -111,6 +111,8 @@ impl Writer<'_> {
     fn own_prepared(&mut self, b: &mut Batch<'_>, p: Prepared, path: &Path) -> Result<Id> {
         let id = p.id();
         if self.is_owned(&id)? {
+            // Held already; a chunk of it known damaged is stored again from this copy.
+            b.restore_prepared(p)?;
             return Ok(id);
         }
         let o = match b.put_prepared(p) {
@@ -127,6 +129,7 @@ impl Writer<'_> {
     fn own_bytes(&mut self, b: &mut Batch<'_>, data: &[u8]) -> Result<Id> {
         let id = self.trees.store.hash_algo().hash(data);
         if self.is_owned(&id)? {
+            b.restore_suspects(data)?;
             return Ok(id);
         }
         let o = b.put(data)?;
@@ -328,9 +331,12 @@ impl Trees {
             Ok(true)
         })?;
         candidates.sort_unstable();
+        // With chunks known damaged or missing, a file whose content holds one is read again
+        // (its chunk is stored anew from it) instead of being taken as unchanged.
+        let suspects = self.store.suspect_chunks() > 0 || !self.store.missing_packs().is_empty();
         let mut ids = vec![None; all.len()];
         for (id, i) in candidates {
-            if w.is_owned(&id)? {
+            if w.is_owned(&id)? && !(suspects && self.store.is_suspect(&id)?) {
                 ids[i] = Some(id);
             }
         }

@@ -2,6 +2,7 @@
 
 mod crash;
 mod grep;
+mod layers;
 mod memory;
 mod search;
 
