@@ -103,6 +103,15 @@ pub(crate) enum Command {
         #[arg(long)]
         no_chunks: bool,
     },
+    /// Rebuild what is derivable (the engine's state, reference counts, the full-text index,
+    /// table indexes), store damaged content again from sources (every snapshot's source and
+    /// every file document's file are tried; add more with --source), and say what is lost.
+    /// Never deletes user data.
+    Repair {
+        /// A directory or file to read damaged content from again (repeatable).
+        #[arg(long = "source", value_name = "PATH")]
+        sources: Vec<PathBuf>,
+    },
     /// Logical size, stored size and dedup ratio of one snapshot or all.
     Du {
         /// Snapshot (default: all).
@@ -212,6 +221,7 @@ fn plan(command: Command, json: bool) -> cairn::Result<(Plan, bool)> {
             (Plan::Run(Request::Verify(cairn::verify::VerifyRequest { chunks: !no_chunks })), false)
         }
         Command::Du { snapshot } => (Plan::Run(Request::Du(cairn::trees::DuRequest { snapshot })), false),
+        Command::Repair { sources } => (Plan::Run(Request::Repair(cairn::repair::RepairRequest { sources })), false),
         Command::Serve(_) | Command::Mcp => unreachable!("handled by main"),
     })
 }

@@ -20,6 +20,7 @@ fn mib(b: u64) -> f64 {
 pub fn status(r: &Response) -> u8 {
     match r {
         Response::Verify(v) if !v.ok => crate::exit_code(cairn::ErrorKind::Corrupt),
+        Response::Repair(r) if !r.ok => crate::exit_code(cairn::ErrorKind::Corrupt),
         Response::Add(a) if !a.skipped.is_empty() => crate::exit_code(cairn::ErrorKind::Internal),
         _ => 0,
     }
@@ -285,6 +286,33 @@ pub fn text(r: &Response, tty: bool, explain: bool, out: &mut dyn Write) -> cair
                 }
             }
             w(out, if v.ok { "ok".into() } else { format!("{} problems found", v.problems.len()) })?;
+        }
+        Response::Repair(r) => {
+            for a in &r.actions {
+                w(out, a.clone())?;
+            }
+            for p in &r.lost {
+                w(out, format!("LOST [{}] {}", p.layer, p.problem))?;
+                for a in &p.affects {
+                    w(out, format!("  affects {a}"))?;
+                }
+            }
+            for p in &r.remaining {
+                w(out, format!("STILL [{}] {}", p.layer, p.problem))?;
+                for a in &p.affects {
+                    w(out, format!("  affects {a}"))?;
+                }
+            }
+            w(
+                out,
+                match (r.ok, r.lost.is_empty()) {
+                    (true, true) => "ok: nothing is wrong now".into(),
+                    (true, false) => {
+                        format!("ok now, but {} pieces of data could not be recovered (above)", r.lost.len())
+                    }
+                    (false, _) => format!("{} problems remain", r.remaining.len()),
+                },
+            )?;
         }
         Response::TableCreate(d) => w(out, format!("created table {} (primary key {})", d.name, d.pk))?,
         Response::TableLs(t) => {

@@ -54,6 +54,7 @@ pub fn router(cairn: Cairn, config: Config) -> Router {
         .route("/v1/grep", get(grep))
         .route("/v1/reindex", post(reindex))
         .route("/v1/verify", get(verify))
+        .route("/v1/repair", post(repair))
         .route("/v1/gc", post(gc))
         .route("/v1/du", get(du))
         .route("/v1/snapshots", get(list_snapshots).post(take_snapshot))
@@ -396,6 +397,14 @@ async fn verify(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Respo
     let q = query_map(&uri, &["chunks"])?;
     let req = cairn::verify::VerifyRequest { chunks: flag(&q, "chunks")?.unwrap_or(true) };
     answer(&app, a.0, StatusCode::OK, cairn::Request::Verify(req)).await
+}
+
+async fn repair(
+    State(app): State<App>,
+    a: Access_,
+    body: axum::Json<cairn::repair::RepairRequest>,
+) -> ApiResult<Response> {
+    answer(&app, a.0, StatusCode::OK, cairn::Request::Repair(body.0)).await
 }
 
 async fn gc(State(app): State<App>, a: Access_) -> ApiResult<Response> {

@@ -179,7 +179,7 @@ impl std::error::Error for Error {
 fn kv_kind(e: &cairn_kv::Error) -> ErrorKind {
     use cairn_kv::Error as E;
     match e {
-        E::Corruption { .. } => ErrorKind::Corrupt,
+        E::Corruption { .. } | E::NeedsRepair { .. } => ErrorKind::Corrupt,
         E::Conflict { .. } => ErrorKind::Conflict,
         E::KeyTooLarge { .. } | E::ValueTooLarge { .. } | E::InvalidArgument(_) => ErrorKind::BadRequest,
         _ => ErrorKind::Internal,
@@ -190,7 +190,7 @@ fn cas_kind(e: &cairn_cas::Error) -> ErrorKind {
     use cairn_cas::Error as E;
     match e {
         E::Kv(k) => kv_kind(k),
-        E::Corruption { .. } | E::MissingChunk(_) => ErrorKind::Corrupt,
+        E::Corruption { .. } | E::MissingChunk(_) | E::Unaccounted { .. } => ErrorKind::Corrupt,
         E::NotFound(_) => ErrorKind::NotFound,
         E::InvalidArgument(_) => ErrorKind::BadRequest,
         _ => ErrorKind::Internal,
@@ -199,7 +199,12 @@ fn cas_kind(e: &cairn_cas::Error) -> ErrorKind {
 
 impl From<cairn_kv::Error> for Error {
     fn from(e: cairn_kv::Error) -> Error {
-        Error::from_std(kv_kind(&e), e)
+        let repair = matches!(e, cairn_kv::Error::NeedsRepair { .. });
+        let err = Error::from_std(kv_kind(&e), e);
+        if repair {
+            return Error::new(ErrorKind::Corrupt, format!("{} — run `cairn repair`", err.message));
+        }
+        err
     }
 }
 

@@ -23,6 +23,7 @@ pub mod docs;
 mod error;
 pub mod kv;
 pub mod layout;
+pub mod repair;
 mod request;
 pub mod tables;
 pub mod text;
@@ -75,8 +76,10 @@ struct Inner {
     config: Config,
     layers: Mutex<Layers>,
     /// Things opening found and repaired or could not (a discarded log tail, a rebuilt index):
-    /// shown by the front-ends, reported by `verify`.
+    /// shown by the front-ends once.
     warnings: Mutex<Vec<String>>,
+    /// The same, kept for `verify` to report for as long as the directory is open.
+    findings: Mutex<Vec<String>>,
 }
 
 /// An open data directory. Cheap to clone: clones share the layers (the daemon hands one to
@@ -126,7 +129,15 @@ impl Cairn {
     pub fn open(dir: impl Into<PathBuf>) -> Result<Cairn> {
         let layout = Layout::new(dir);
         let config = Config::load(&layout.config(), layout.root())?;
-        Ok(Cairn { inner: Arc::new(Inner { layout, config, layers: Mutex::default(), warnings: Mutex::default() }) })
+        Ok(Cairn {
+            inner: Arc::new(Inner {
+                layout,
+                config,
+                layers: Mutex::default(),
+                warnings: Mutex::default(),
+                findings: Mutex::default(),
+            }),
+        })
     }
 
     /// The data directory's layout.
@@ -142,6 +153,29 @@ impl Cairn {
     /// Takes the warnings opening the layers left (each once).
     pub fn take_warnings(&self) -> Vec<String> {
         std::mem::take(&mut *self.inner.warnings.lock())
+    }
+
+    /// Says what opening found: shown once, kept for `verify`.
+    fn found(&self, what: impl IntoIterator<Item = String>) {
+        for w in what {
+            self.inner.warnings.lock().push(w.clone());
+            self.inner.findings.lock().push(w);
+        }
+    }
+
+    /// Says something once, not kept for `verify` (which sees it in the layer's state).
+    fn warn(&self, what: impl IntoIterator<Item = String>) {
+        self.inner.warnings.lock().extend(what);
+    }
+
+    /// Takes what opening found (repair has dealt with it).
+    pub(crate) fn take_findings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.inner.findings.lock())
+    }
+
+    /// Everything opening found so far (for `verify`).
+    pub(crate) fn findings(&self) -> Vec<String> {
+        self.inner.findings.lock().clone()
     }
 
     /// Fails when there is no data directory and `create` is false.
@@ -163,6 +197,9 @@ impl Cairn {
         let path = self.inner.layout.kv();
         let db = Db::open(&path, Options::default())
             .map_err(|e| Error::from(e).context(format!("opening {}", self.inner.layout.root().display())))?;
+        // A discarded log tail (a torn write, or a log damaged after the fact) is said, not
+        // hidden.
+        self.found(db.recovery_report().warnings().into_iter().map(|w| format!("engine: {w}")));
         l.db = Some(db.clone());
         Ok(db)
     }
@@ -187,6 +224,18 @@ impl Cairn {
         let store =
             Store::open_with_remote(db.keyspace(keyspace::CAS), fs, self.inner.layout.packs(), store_config, remote)
                 .map_err(|e| Error::from(e).context("opening the blob store"))?;
+        // Said once; verify reports them from the store's state for as long as they last.
+        self.warn(
+            store.unaccounted_packs().iter().map(|p| {
+                format!("{}: a pack the index never named; left alone (not reused, not deleted)", p.display())
+            }),
+        );
+        self.warn(store.missing_packs().iter().map(|p| {
+            format!(
+                "{}: missing; what it held is read from nowhere (`cairn verify` names what it affects)",
+                p.display()
+            )
+        }));
         l.store = Some(store.clone());
         Ok(store)
     }
@@ -213,7 +262,17 @@ impl Cairn {
         let db = self.db_locked(&mut l, create)?;
         let m = Memory::with_parts(db.keyspace(keyspace::DOCS), store, self.inner.layout.docs_index())
             .map_err(|e| Error::from(e).context("opening the document memory"))?;
-        self.inner.warnings.lock().extend(m.take_warnings());
+        self.found(m.take_warnings());
+        if db.recovery_report().records_discarded() > 0 {
+            // The engine lost a tail of its log: the index may remember what the rows forgot.
+            let (removed, added) = m.resync_index()?;
+            if removed + added > 0 {
+                self.found([format!(
+                    "the full-text index was brought back in line with the documents after the engine \
+                     discarded a log tail ({removed} entries removed, {added} documents indexed again)"
+                )]);
+            }
+        }
         l.memory = Some(m.clone());
         Ok(m)
     }
@@ -261,40 +320,51 @@ impl Cairn {
         Ok(())
     }
 
+    /// Closes every open layer but keeps the directory usable (the next operation opens them
+    /// again): for operations that work on the files themselves (engine repair).
+    pub(crate) fn close_layers(&self) -> Result<()> {
+        let layers = std::mem::take(&mut *self.inner.layers.lock());
+        close_layers(layers)
+    }
+
     /// Closes what was opened: commits the index, stops index builders, uploads the pack being
     /// written when packs live in a backend (a failed upload is reported; the data is committed
     /// locally and the next open retries), and closes the engine. Other clones must be dropped
     /// first or they see a closed engine.
     pub fn close(self) -> Result<()> {
         let layers = std::mem::take(&mut *self.inner.layers.lock());
-        let Layers { db, store, memory, trees, tables } = layers;
-        let committed = match memory {
-            Some(m) => m.close().map_err(Error::from),
-            None => Ok(()),
-        };
-        if let Some(t) = tables {
-            t.close();
-        }
-        let uploaded = match store.as_ref().and_then(|s| Some((s, s.remote_location()?))) {
-            Some((s, at)) => s.seal().map_err(|e| {
-                Error::from(e).context(format!(
-                    "uploading to {at} (the data is committed locally; the next command retries the upload)"
-                ))
-            }),
-            None => Ok(()),
-        };
-        drop((trees, store));
-        if let Some(db) = db {
-            db.close()?;
-        }
-        committed?;
-        uploaded
+        close_layers(layers)
     }
 
     /// Runs one request.
     pub fn execute(&self, req: Request, call: &mut Call<'_>) -> Result<Response> {
         request::execute(self, req, call)
     }
+}
+
+fn close_layers(layers: Layers) -> Result<()> {
+    let Layers { db, store, memory, trees, tables } = layers;
+    let committed = match memory {
+        Some(m) => m.close().map_err(Error::from),
+        None => Ok(()),
+    };
+    if let Some(t) = tables {
+        t.close();
+    }
+    let uploaded = match store.as_ref().and_then(|s| Some((s, s.remote_location()?))) {
+        Some((s, at)) => s.seal().map_err(|e| {
+            Error::from(e).context(format!(
+                "uploading to {at} (the data is committed locally; the next command retries the upload)"
+            ))
+        }),
+        None => Ok(()),
+    };
+    drop((trees, store));
+    if let Some(db) = db {
+        db.close()?;
+    }
+    committed?;
+    uploaded
 }
 
 /// The absolute, lexically normalized form of `p` relative to `cwd` (`.` and `..` resolved

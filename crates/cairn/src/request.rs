@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Cairn, Call, Result, docs, kv, tables, trees, verify};
+use crate::{Cairn, Call, Result, docs, kv, repair, tables, trees, verify};
 
 macro_rules! operations {
     ($( $(#[$doc:meta])* $variant:ident ( $req:ty ) => $res:ty, |$c:ident, $r:ident, $call:ident| $body:expr; )*) => {
@@ -116,6 +116,8 @@ operations! {
     Du(trees::DuRequest) => trees::DuResult, |c, r, _call| c.du(r)?;
     /// Check every layer.
     Verify(verify::VerifyRequest) => verify::VerifyReport, |c, r, _call| c.verify(r)?;
+    /// Rebuild what is derivable, store damaged content again from sources, say what is lost.
+    Repair(repair::RepairRequest) => repair::RepairReport, |c, r, call| c.repair(r, call)?;
     /// Create a table.
     TableCreate(tables::CreateTableRequest) => cairn_tables::TableDef, |c, r, call| c.create_table(r, call)?;
     /// Every table.

@@ -1,12 +1,12 @@
 //! `verify` across every layer. Each problem is reported with what it affects: the documents
 //! and versions, the snapshots and paths, the tables whose data it damages. Verify only reads.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use cairn_cas::Id;
 use serde::{Deserialize, Serialize};
 
-use crate::{Cairn, Result};
+use crate::{Cairn, Error, ErrorKind, Result};
 
 /// What to check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,22 +73,54 @@ impl VerifyReport {
 }
 
 impl Cairn {
+    /// The engine: every block of every table reread.
+    fn verify_engine(&self, db: &cairn_kv::Db, r: &mut VerifyReport) {
+        match db.verify_detailed() {
+            Ok(v) => {
+                r.engine_entries = v.entries;
+                for d in &v.damaged {
+                    let what = if d.whole_table { "is unreadable" } else { "has a damaged block" };
+                    r.problem(
+                        "engine",
+                        format!("{} {what} (offset {}): {}", d.table.display(), d.offset, crate::chain(&d.error)),
+                        affected_rows(&d.first_key, &d.last_key),
+                        Some("cairn repair"),
+                    );
+                }
+            }
+            Err(e) => r.problem("engine", crate::chain(&e), vec!["every layer".into()], Some("cairn repair")),
+        }
+    }
+
     /// Checks every layer; see the module documentation.
     pub fn verify(&self, req: VerifyRequest) -> Result<VerifyReport> {
         let mut r = VerifyReport::default();
-        for w in self.take_warnings() {
-            r.problem("engine", w, Vec::new(), None);
-        }
         let db = self.db(false)?;
-        match db.verify() {
-            Ok(n) => r.engine_entries = n,
-            Err(e) => r.problem("engine", crate::chain(&e), vec!["every layer".into()], Some("cairn repair")),
+        // A layer that cannot open over damaged engine rows: the engine's own check names the
+        // damage and what it affects; the layers above cannot be checked until it is repaired.
+        let layers = (|| Ok::<_, Error>((self.memory(false)?, self.trees(false)?, self.tables(false)?)))();
+        let (memory, trees, tables) = match layers {
+            Ok(l) => l,
+            Err(e) if e.kind() == ErrorKind::Corrupt => {
+                r.problem("open", crate::chain(&e), vec!["every layer above the engine".into()], Some("cairn repair"));
+                self.verify_engine(&db, &mut r);
+                r.ok = false;
+                return Ok(r);
+            }
+            Err(e) => return Err(e),
+        };
+        // What opening found: a discarded log tail, a rebuilt index.
+        self.take_warnings();
+        for w in self.findings() {
+            r.problem("open", w, Vec::new(), None);
         }
+        self.verify_engine(&db, &mut r);
         // Rows outside every keyspace: written raw (an earlier release's `cairn kv put`).
         let mut unowned = 0u64;
         let mut sample = Vec::new();
         for kv in db.iter() {
-            let (k, _) = kv?;
+            // A damaged block ends the scan; the engine's check above named it.
+            let Ok((k, _)) = kv else { break };
             if cairn_kv::keyspace::owner(&k).is_none() {
                 unowned += 1;
                 if sample.len() < 5 {
@@ -108,13 +140,30 @@ impl Cairn {
                 None,
             );
         }
-        let memory = self.memory(false)?;
-        let trees = self.trees(false)?;
         let store = trees.store().clone();
+        // Pack files: missing ones the index names, and ones it never named.
+        for p in store.missing_packs() {
+            r.problem(
+                "blobs",
+                format!("{}: missing; every chunk it held is lost here", p.display()),
+                Vec::new(),
+                Some("cairn repair (stores its chunks again from a source)"),
+            );
+        }
+        for p in store.unaccounted_packs() {
+            r.problem(
+                "blobs",
+                format!("{}: a pack the index never named; left alone (not reused, not deleted)", p.display()),
+                Vec::new(),
+                None,
+            );
+        }
         // Blobs: every chunk reread and rehashed, chunk lists and reference counts.
         let mut bad_blobs: BTreeMap<Id, String> = BTreeMap::new();
         if req.chunks {
             let s = store.verify()?;
+            // Recorded, so later writes store damaged chunks again instead of sharing them.
+            store.record_damage(&s)?;
             (r.chunks, r.bytes, r.blobs) = (s.chunks, s.bytes, s.blobs);
             for d in &s.damaged {
                 for b in &d.blobs {
@@ -155,11 +204,32 @@ impl Cairn {
         for (path, problem) in trees.verify_shared_files()? {
             r.problem("files", problem, vec![path], Some("cairn repair"));
         }
+        // Every blob counts exactly the references the layers hold: one per document version,
+        // one per blob the tree layer owns.
+        let users = memory.blob_users()?;
+        let mut held: HashMap<Id, u64> = HashMap::new();
+        for (id, _, _) in &users {
+            *held.entry(*id).or_default() += 1;
+        }
+        for id in trees.owned_blobs()? {
+            *held.entry(id).or_default() += 1;
+        }
+        for (id, n) in &held {
+            match store.blob_info(id)? {
+                Some(b) if b.refs != *n => r.problem(
+                    "blobs",
+                    format!("blob {} counts {} references, the layers hold {n}", id.short(), b.refs),
+                    Vec::new(),
+                    Some("cairn repair"),
+                ),
+                _ => {}
+            }
+        }
         // What damaged blobs affect.
         if !bad_blobs.is_empty() {
             let ids: HashSet<Id> = bad_blobs.keys().copied().collect();
             let mut affects: BTreeMap<Id, Vec<String>> = BTreeMap::new();
-            for (id, path, version) in memory.blob_users()? {
+            for (id, path, version) in users {
                 if ids.contains(&id) {
                     affects.entry(id).or_default().push(format!("document {path} v{version}"));
                 }
@@ -178,7 +248,6 @@ impl Cairn {
             }
         }
         // Tables: every ready index against the records.
-        let tables = self.tables(false)?;
         for def in tables.list()? {
             r.tables += 1;
             match tables.verify(&def.name) {
@@ -191,4 +260,48 @@ impl Cairn {
         r.ok = r.problems.is_empty();
         Ok(r)
     }
+}
+
+/// What a damaged range of engine rows holds, by keyspace (`first` to `last`, inclusive).
+pub(crate) fn affected_rows(first: &[u8], last: &[u8]) -> Vec<String> {
+    use cairn_kv::keyspace::{REGISTRY, owner};
+    let mut out = Vec::new();
+    let lo = owner(first).map(|k| k.name());
+    let hi = owner(last).map(|k| k.name());
+    for ks in REGISTRY {
+        let p = ks.prefix();
+        // The range [first, last] meets the keyspace [p, p + 0xff..].
+        let meets = last >= p && (first < p || first.starts_with(p));
+        if !meets {
+            continue;
+        }
+        let what = match ks.name() {
+            "cas" => "the blob store's index (blobs and the documents and snapshots made of them)".to_string(),
+            "docs" => "document rows".to_string(),
+            "tree" => "snapshot rows".to_string(),
+            "tables" => {
+                let name = |k: &[u8]| -> Option<String> {
+                    let rest = k.strip_prefix(p)?;
+                    let rest = rest.get(2..)?;
+                    let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+                    Some(String::from_utf8_lossy(&rest[..end]).into_owned())
+                };
+                match (name(first), name(last)) {
+                    (Some(a), Some(b)) if a == b => format!("table {a}"),
+                    (a, b) => format!("tables {} to {}", a.unwrap_or_default(), b.unwrap_or_default()),
+                }
+            }
+            "user" => "user keys".to_string(),
+            other => other.to_string(),
+        };
+        out.push(format!("{what} ({} to {})", crate::text::escape(first), crate::text::escape(last)));
+    }
+    if out.is_empty() || lo.is_none() || hi.is_none() {
+        out.push(format!(
+            "rows outside every keyspace ({} to {})",
+            crate::text::escape(first),
+            crate::text::escape(last)
+        ));
+    }
+    out
 }
