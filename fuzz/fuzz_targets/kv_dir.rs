@@ -8,37 +8,15 @@
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
-use cairn_kv::{Db, MemStorage, Options, Storage};
+use cairn_kv::testing::layered_options as opts;
+use cairn_kv::{Db, MemStorage, Storage};
 use libfuzzer_sys::fuzz_target;
-
-fn opts() -> Options {
-    Options {
-        memtable_size: 16 << 10,
-        target_file_size: 8 << 10,
-        level0_compaction_trigger: 1000,
-        level0_slowdown_trigger: 1000,
-        level0_stop_trigger: 1000,
-        flush_on_close_bytes: 0,
-        ..Options::small_for_tests()
-    }
-}
 
 fn pristine() -> &'static MemStorage {
     static BASE: OnceLock<MemStorage> = OnceLock::new();
     BASE.get_or_init(|| {
         let storage = MemStorage::new();
-        let db = Db::open_with_storage("/d", opts(), Arc::new(storage.clone())).unwrap();
-        for i in 0..1200u32 {
-            db.put(format!("key{:03}", (i * 7) % 300), format!("value{i}")).unwrap();
-            if i == 500 {
-                db.compact_all().unwrap();
-            }
-            if i == 900 {
-                db.delete_range(b"key010", b"key020").unwrap();
-                db.flush().unwrap();
-            }
-        }
-        db.close().unwrap();
+        cairn_kv::testing::layered_db(&storage, "/d").unwrap();
         storage
     })
 }

@@ -296,11 +296,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
         return Err(Error::InvalidArgument(format!("a database already exists at {}", dir.display())));
     }
     storage.create_dir_all(dir).at(dir)?;
-    let lock_path = dir.join("LOCK");
-    let lock = storage.lock(&lock_path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock => Error::Locked(dir.to_path_buf()),
-        _ => Error::io(&lock_path, e),
-    })?;
+    let lock = lock_dir(&*storage, dir)?;
     let names = list_names(&*storage, dir)?;
 
     let block_cache = Arc::new(BlockCache::new(opts.block_cache_bytes));
@@ -370,12 +366,7 @@ pub(crate) fn open(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Resu
     };
     let mut report =
         RecoveryReport { set_aside: set_aside(&*storage, dir, &unaccounted)?, manifest_tail, logs: Vec::new() };
-    let lost_names = list_names(&*storage, &dir.join(LOST_DIR))?;
-    let next_file_no = names
-        .iter()
-        .filter_map(|n| file_number(n))
-        .chain(lost_names.iter().filter_map(|n| lost_number(n)))
-        .fold(limit.max(1), |m, no| m.max(no.saturating_add(1)));
+    let next_file_no = first_free_number(&*storage, dir, &names, limit)?;
     let mut files = FileNumbers::new(next_file_no, next_file_no);
     let mut new_manifest = NewManifest { writer: None };
     // The first edit of a MANIFEST made before the end: the version as recovered from the old one.
@@ -598,9 +589,29 @@ fn dropped_log(storage: &dyn Storage, path: &Path, why: &str) -> LogRecovery {
     }
 }
 
+/// Takes the database directory's lock ([`Error::Locked`] if another handle holds it).
+pub(crate) fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<Box<dyn crate::storage::FileLock>> {
+    let lock_path = dir.join("LOCK");
+    storage.lock(&lock_path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => Error::Locked(dir.to_path_buf()),
+        _ => Error::io(&lock_path, e),
+    })
+}
+
+/// The first file number above `limit` and above every numbered file of `dir` (`names`) and
+/// of its `lost/`: new files never take the number of one that exists or was set aside.
+pub(crate) fn first_free_number(storage: &dyn Storage, dir: &Path, names: &[String], limit: u64) -> Result<u64> {
+    let lost_names = list_names(storage, &dir.join(LOST_DIR))?;
+    Ok(names
+        .iter()
+        .filter_map(|n| file_number(n))
+        .chain(lost_names.iter().filter_map(|n| lost_number(n)))
+        .fold(limit.max(1), |m, no| m.max(no.saturating_add(1))))
+}
+
 /// The number of a file set aside under `lost/` (its engine name, perhaps with a `.N`
 /// suffix added to keep it apart from an earlier one of the same name).
-pub(crate) fn lost_number(name: &str) -> Option<u64> {
+fn lost_number(name: &str) -> Option<u64> {
     file_number(name).or_else(|| file_number(name.rsplit_once('.')?.0))
 }
 

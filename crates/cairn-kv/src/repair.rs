@@ -46,7 +46,7 @@ use crate::memtable::Memtable;
 use crate::merge_iter::MergingIterator;
 use crate::range_del::RangeTombstone;
 use crate::recovery::{
-    LOST_DIR, LogRecovery, WAL_MAGIC, check_options, file_number, insert_sorted, list_names, lost_number, lost_path,
+    LOST_DIR, LogRecovery, WAL_MAGIC, check_options, first_free_number, insert_sorted, list_names, lock_dir, lost_path,
     set_aside, wal_path,
 };
 use crate::storage::Storage;
@@ -320,13 +320,8 @@ pub(crate) fn repair(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Re
     if !storage.exists(dir) {
         return Err(Error::InvalidArgument(format!("no database directory at {}", dir.display())));
     }
-    let lock_path = dir.join("LOCK");
-    let _lock = storage.lock(&lock_path).map_err(|e| match e.kind() {
-        std::io::ErrorKind::WouldBlock => Error::Locked(dir.to_path_buf()),
-        _ => Error::io(&lock_path, e),
-    })?;
+    let _lock = lock_dir(&*storage, dir)?;
     let names = list_names(&*storage, dir)?;
-    let lost_names = list_names(&*storage, &dir.join(LOST_DIR))?;
     let mut report = RepairReport::default();
     let cache = Arc::new(BlockCache::new(8 << 20));
 
@@ -387,11 +382,7 @@ pub(crate) fn repair(dir: &Path, opts: Options, storage: Arc<dyn Storage>) -> Re
 
     // Numbers go above every file present, and above the MANIFEST's limit.
     let limit = base.as_ref().map_or(0, |b| b.limit);
-    let next = names
-        .iter()
-        .filter_map(|n| file_number(n))
-        .chain(lost_names.iter().filter_map(|n| lost_number(n)))
-        .fold(limit.max(1), |m, no| m.max(no.saturating_add(1)));
+    let next = first_free_number(&*storage, dir, &names, limit)?;
     let mut files = FileNumbers::new(next, next);
 
     // 2. Tables.

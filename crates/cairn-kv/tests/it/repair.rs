@@ -325,23 +325,11 @@ mod damage {
     use proptest::prelude::*;
     use std::sync::OnceLock;
 
-    /// A database with tables on two levels, writes only its log holds and a range deletion.
     fn pristine() -> &'static MemStorage {
         static BASE: OnceLock<MemStorage> = OnceLock::new();
         BASE.get_or_init(|| {
             let storage = MemStorage::new();
-            let db = Db::open_with_storage("/d", opts(), Arc::new(storage.clone())).unwrap();
-            for i in 0..1200u32 {
-                db.put(format!("key{:03}", (i * 7) % 300), format!("value{i}")).unwrap();
-                if i == 500 {
-                    db.compact_all().unwrap();
-                }
-                if i == 900 {
-                    db.delete_range(b"key010", b"key020").unwrap();
-                    db.flush().unwrap();
-                }
-            }
-            db.close().unwrap();
+            cairn_kv::testing::layered_db(&storage, "/d").unwrap();
             storage
         })
     }
@@ -410,6 +398,7 @@ mod damage {
             for d in &damages {
                 apply(&s, d);
             }
+            let opts = cairn_kv::testing::layered_options;
             let open = || Db::open_with_storage("/d", opts(), Arc::new(s.clone()));
             if let Ok(db) = open() {
                 // Reads give answers or errors, never panics.
