@@ -7,10 +7,10 @@ use std::io;
 use std::sync::Arc;
 
 use cairn_kv::RandomAccessFile;
-use cairn_kv::block_cache::BlockCache;
-use cairn_kv::iter::InternalIterator;
-use cairn_kv::key::lookup_key;
-use cairn_kv::table_reader::TableReader;
+use cairn_kv::internals::BlockCache;
+use cairn_kv::internals::InternalIterator;
+use cairn_kv::internals::key::lookup_key;
+use cairn_kv::internals::TableReader;
 use libfuzzer_sys::fuzz_target;
 
 struct Contents(Vec<u8>);
@@ -37,7 +37,7 @@ fuzz_target!(|data: &[u8]| {
     // Block by block, going on past damage: what it hands out is in order.
     let mut last: Option<Vec<u8>> = None;
     let _ = table.check_blocks(Some(&mut |k: &[u8], _: &[u8]| {
-        assert!(last.as_deref().is_none_or(|l| cairn_kv::key::compare_internal(l, k).is_lt()));
+        assert!(last.as_deref().is_none_or(|l| cairn_kv::internals::key::compare_internal(l, k).is_lt()));
         last = Some(k.to_vec());
         Ok(())
     }));

@@ -244,7 +244,7 @@ fn a_torn_log_is_replayed_up_to_the_damage_and_copied_aside() {
     let copy = crate::copy_dir(dir.path());
     let log = files(copy.path(), |n| n.ends_with(".log"))
         .into_iter()
-        .find(|p| cairn_kv::log::read_log(&fs::read(p).unwrap(), p, *b"CAIRNWAL").unwrap().0.len() > 1)
+        .find(|p| cairn_kv::internals::log::read_log(&fs::read(p).unwrap(), p, *b"CAIRNWAL").unwrap().0.len() > 1)
         .unwrap();
     let data = fs::read(&log).unwrap();
     let end = data.iter().rposition(|&b| b != 0).unwrap() + 1;

@@ -1,0 +1,11 @@
+//! SSTables: their blocks ([`block`]) and filters ([`filter`]), block compression, the
+//! builder and the reader, and the cache of open tables.
+
+pub mod block;
+pub mod builder;
+pub mod compression;
+pub mod filter;
+pub mod format;
+pub mod iter;
+pub mod reader;
+pub mod table_cache;
