@@ -30,7 +30,7 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "crates", 
 # and benchmark fixtures) and the crate root sit above everything.
 LAYERS = [
     "error", "coding", "key", "options", "flow",
-    "storage", "iter", "memtable", "wal", "cache", "table", "version", "compaction", "write",
+    "storage", "iter", "memtable", "wal", "block", "cache", "table", "version", "compaction", "write",
     "db", "internals", "testing", "crate",
 ]
 
@@ -103,7 +103,8 @@ def use_trees(code):
     """Every `use` statement's paths, expanded: ("crate::a::B", is_pub)."""
     for m in re.finditer(r"(pub(?:\([a-z]+\))?\s+)?use\s+([^;]+);", code):
         is_pub = m.group(1) is not None
-        for p in expand(m.group(2).replace(" ", "").replace("\n", "")):
+        tree = re.sub(r"\s*([{},]|::)\s*", r"\1", m.group(2).strip())
+        for p in expand(re.sub(r"\s+as\s+", " as ", tree)):
             yield p, is_pub
 
 
@@ -162,6 +163,11 @@ def main():
                 if segs.pop(0) == "super":
                     cur = cur[:-1]
             return cur + segs
+        # A path that starts with a child module of `here` (in the crate root: any top-level
+        # module, as lib.rs's `pub use db::Db`) is relative to `here`.
+        child = segs[0] if here == "crate" else here + "::" + segs[0]
+        if child in modules:
+            return base + segs
         return None
 
     # Re-exports: (module, name) -> absolute path of what it names.
@@ -170,7 +176,7 @@ def main():
         for p, is_pub in use_trees(code):
             if not is_pub:
                 continue
-            target, _, alias = p.partition("as")
+            target, _, alias = p.partition(" as ")
             segs = absolute(target, mod)
             if segs is None or not segs:
                 continue
@@ -194,7 +200,15 @@ def main():
 
     edges = defaultdict(int)
     for mod, code in files.items():
-        paths = [p.partition("as")[0] for p, _ in use_trees(code)]
+        # A parent's `pub use` of its own submodules' items is the face of its subtree (as
+        # `storage`'s `pub use fs::FsStorage`), not a dependency of the parent: not counted.
+        paths = []
+        for p, is_pub in use_trees(code):
+            p = p.partition(" as ")[0]
+            segs = absolute(p, mod)
+            if is_pub and segs and mod != "crate" and "::".join(segs).startswith(mod + "::"):
+                continue
+            paths.append(p)
         body = re.sub(r"(pub(?:\([a-z]+\))?\s+)?use\s+[^;]+;", "", code)
         paths += re.findall(r"\b(?:crate|super|self)(?:::" + IDENT + r")+", body)
         for p in paths:

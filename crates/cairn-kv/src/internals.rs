@@ -1,10 +1,10 @@
 //! Engine internals that cairn-kv's fuzz targets, benchmarks and tests reach into: not API,
 //! hidden from the documentation, and free to change with any commit.
 
+pub use crate::block::Block;
 pub use crate::cache::BlockCache;
 pub use crate::iter::InternalIterator;
 pub use crate::memtable::range_del::RangeTombstone;
-pub use crate::table::block::Block;
 pub use crate::table::builder::{TableBuilder, TableInfo};
 pub use crate::table::filter::{self, FilterBuilder, TableFilter, fuse};
 pub use crate::table::iter::TableIter;

@@ -6,9 +6,10 @@
 //!
 //! The modules form a tree whose imports point down, lowest first: the leaves ([`error`],
 //! [`coding`], `key`, `options`), `flow` (write-stall and compaction pacing policy),
-//! [`storage`], `iter`, `memtable`, `wal`, `cache`, `table`, `version`, `compaction`,
-//! `write`, and `db` (the [`Db`] handle, opening, repair, iterators, snapshots, transactions).
-//! `scripts/kv-imports.py` lists the imports and checks that they do.
+//! [`storage`], `iter`, `memtable`, `wal`, `block`, `cache`, `table`, `version`, `compaction`,
+//! `write`, and `db` (the [`Db`] handle and the shared state everything that runs on it works
+//! on: the write path's two steps, compactions, opening, repair, iterators, snapshots,
+//! transactions). `scripts/kv-imports.py` lists the imports and checks that they do.
 //! The public API is re-exported here; [`internals`] holds what fuzz targets, benchmarks and
 //! tests reach into.
 
@@ -26,6 +27,7 @@ mod iter;
 mod memtable;
 mod wal;
 
+mod block;
 mod cache;
 mod table;
 

@@ -7,8 +7,8 @@
 //! A hit is one load from the table's slot array and one reference count, on the block itself;
 //! nothing is hashed, no lock is taken, and no line that other readers write is touched. A
 //! hashed cache (`quick_cache`, before) cost a shard lock, a hash-table probe, a slab entry and
-//! the reference count: four or five dependent cache misses per lookup, a quarter of the time of
-//! an in-memory range scan, which looks up several blocks.
+//! the reference count: four or five dependent cache misses per lookup, a large share of an
+//! in-memory range scan, which looks up several blocks (`docs/design/2026-12-07-engine-measurements.md`).
 //!
 //! Eviction. Each slot has a state byte: empty, *small* (on probation), *main*, or *ghost* (a
 //! block recently evicted from probation), and for cached blocks a use count of 0 to 3 that a
@@ -37,8 +37,8 @@ use std::sync::{Arc, Weak};
 use arc_swap::ArcSwapOption;
 use parking_lot::Mutex;
 
+use crate::block::Block;
 use crate::flow::pacer::DeviceReads;
-use crate::table::block::Block;
 
 /// Bytes charged per cached block on top of its length (its slot, `Arc` and bookkeeping).
 pub const BLOCK_OVERHEAD: u64 = 64;
@@ -667,7 +667,7 @@ mod tests {
 
     /// A one-entry block of a little over `n` bytes.
     fn block(n: usize) -> Arc<Block> {
-        let mut b = crate::table::block::builder::BlockBuilder::new(16);
+        let mut b = crate::block::builder::BlockBuilder::new(16);
         b.add(&crate::key::internal_key(b"k", 1, 1), &vec![7u8; n]);
         Arc::new(Block::new(Bytes::from(b.finish()), Arc::from(Path::new("b")), 0).unwrap())
     }

@@ -3,9 +3,8 @@
 //! A block read on a cache miss lives in the block cache until some other thread's insert
 //! evicts it, so with the system allocator (glibc) most blocks are freed by a thread other
 //! than the one that allocated them, and every such free takes the allocating thread's arena
-//! lock. With two threads scanning (YCSB E over 10M x 1000 B, about 12 misses per scan) the
-//! allocator's locks, their futex wake-ups and its bookkeeping were a fifth of the readers'
-//! CPU. Blocks read here are instead built in buffers taken from a small shared pool, and a
+//! lock. With two threads scanning, the allocator's locks, their futex wake-ups and its
+//! bookkeeping took a large share of the readers' CPU (`docs/design/2026-12-07-engine-measurements.md`). Blocks read here are instead built in buffers taken from a small shared pool, and a
 //! buffer goes back to the pool when the last reference to its block (the cache's or a
 //! value's) is dropped. At most [`MAX_POOLED`] buffers of at most [`MAX_POOLED_CAPACITY`]
 //! bytes wait in the pool (4-5 MiB with 4 KiB blocks), outside the block cache's budget.

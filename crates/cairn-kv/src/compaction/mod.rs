@@ -3,7 +3,6 @@
 //! merging the chosen tables into the next level), and writing sorted output into tables
 //! ([`output`], which memtable flushes use too).
 
-pub mod job;
 pub mod output;
 pub mod picker;
 pub mod state;

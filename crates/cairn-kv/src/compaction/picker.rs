@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use crate::Options;
 use crate::compaction::state::{Compacting, Compaction, MergeProgress, total_size, user_range};
-use crate::version::{TableFile, Version, l0_weight, memtables_worth, sorted_overlap};
+use crate::flow::{self, writers::CatchUp, writers::memtables_worth};
+use crate::version::{TableFile, Version, l0_weight, sorted_overlap};
 
 /// Where level 0 compacts to and how many bytes each level may hold before it is compacted
 /// into the next.
@@ -149,43 +150,25 @@ pub(super) fn scores(opts: &Options, v: &Version, cs: &Compacting, targets: &Lev
     out
 }
 
-/// Bytes per second writes may make, with level 0 at its slowdown trigger or over it, and
-/// still leave level 0 under its stop trigger until the running compaction from level 0 into a
-/// lower level ends, and under its slowdown trigger once it has (its tables gone, the rest
-/// weighed by their bytes and by no more tables than intra-level-0 merges leave): the memtables' worth of
-/// room left both ways, less `pending_memtables` (those not yet flushed,
-/// the one being written included), spread over the time the compaction still needs at its
-/// speed so far. 0 when no such compaction runs, when it is too early to tell how long it
-/// needs, or when there is no room. Writes are then held to this rate, not slower, when
-/// [`Options::delayed_write_rate`] would hold them slower: slowed for no reason, writers
-/// lost half a run to a level 0 that a bulk load had left one flush short of the trigger,
-/// while the merge of those tables was going to end before level 0 came near the stop.
+/// The catch-up rate ([`crate::flow::writers::catch_up_rate`]) of the running compaction from
+/// level 0 into a lower level, with `pending_memtables` not yet flushed (the one being
+/// written included): 0 when no such compaction runs.
 pub(crate) fn catch_up_rate(opts: &Options, v: &Version, cs: &Compacting, pending_memtables: usize) -> u64 {
     let Some(merge) = &cs.l0_merge else { return 0 };
-    let Some(left) = merge.time_left() else { return 0 };
-    let all = v.l0_weight(opts.memtable_size);
-    let (mut tables, mut bytes) = (0usize, 0u64);
+    let (mut tables_left, mut bytes_left) = (0usize, 0u64);
     for f in v.levels[0].iter().filter(|f| !merge.level0.contains(&f.no())) {
-        tables += 1;
-        bytes = bytes.saturating_add(f.info.size);
+        tables_left += 1;
+        bytes_left = bytes_left.saturating_add(f.info.size);
     }
-    // The tables the merge leaves weigh their bytes, and their count only up to what
-    // intra-level-0 merges leave unmerged: while level 0 merges down, a thread is kept for
-    // them (`pick`), and they fold the flushes that land into one table once
-    // `level0_compaction_trigger + 2` are there. Counted one by one, flushes of a memtable
-    // that compresses to 37 MiB weighed as if each were a memtable's worth of bytes still to
-    // merge down, and writers were held 2-4 s of a 9.5 s run after a load (YCSB G, 2
-    // threads, larger than the cache) with the stop trigger never near.
-    let after = memtables_worth(bytes, opts.memtable_size).max(tables.min(opts.level0_compaction_trigger + 2));
-    let room = (opts.level0_stop_trigger.saturating_sub(all + 1))
-        .min(opts.level0_slowdown_trigger.saturating_sub(after + 1))
-        .saturating_sub(pending_memtables);
-    // With intra-level-0 merges folding the count, a memtable's worth of writes adds its
-    // flushed table's bytes to level 0's weight, not a whole memtable's worth (37 MiB of
-    // 64 for YCSB's values under LZ4); at least a quarter, the least an intra-level-0 merge
-    // of the fewest tables leaves of their count.
-    let per_memtable = cs.flush_ratio.clamp(0.25, 1.0);
-    (room as f64 * opts.memtable_size as f64 / per_memtable / left.as_secs_f64().max(1e-3)) as u64
+    let view = CatchUp {
+        l0_weight: v.l0_weight(opts.memtable_size),
+        tables_left,
+        bytes_left,
+        time_left: merge.time_left(),
+        pending_memtables,
+        flush_ratio: cs.flush_ratio,
+    };
+    flow::writers::catch_up_rate(opts, &view)
 }
 
 /// The level most in need of compaction (score >= 1), if any, ignoring tables being compacted.

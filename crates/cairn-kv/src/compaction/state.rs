@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::version::TableFile;
 
 /// A chosen compaction: tables of `level` merged with the overlapping tables of
-/// `output_level` (the next level, or for level 0 the base level, see [`LevelTargets`]).
+/// `output_level` (the next level, or for level 0 the base level, see [`crate::compaction::picker::LevelTargets`]).
 pub(crate) struct Compaction {
     pub level: usize,
     pub output_level: usize,
@@ -27,14 +27,14 @@ impl Compaction {
         self.inputs.iter().chain(&self.next)
     }
 
-    /// Level-0 tables merged into one level-0 table ([`pick_intra_l0`]).
+    /// Level-0 tables merged into one level-0 table (`crate::compaction::picker::pick_intra_l0`).
     pub(crate) fn is_intra_l0(&self) -> bool {
         self.level == 0 && self.output_level == 0
     }
 }
 
 /// What the running compactions hold, where each level's round-robin picking resumes, and
-/// what the last flush added to level 0 (for [`catch_up_rate`]).
+/// what the last flush added to level 0 (for [`crate::flow::writers::catch_up_rate`]).
 pub(crate) struct Compacting {
     /// Tables being compacted.
     pub tables: HashSet<u64>,

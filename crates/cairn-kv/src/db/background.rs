@@ -42,7 +42,7 @@ pub(crate) fn spawn(inner: &Arc<DbInner>) -> Result<Vec<JoinHandle<()>>> {
 fn run_compaction(inner: &Arc<DbInner>, c: Compaction) -> Result<()> {
     let nice = inner.opts.compaction_nice;
     if c.level == 0 || nice <= 0 {
-        return crate::compaction::job::run(inner, c);
+        return crate::db::compact::run(inner, c);
     }
     // The compaction moves into the thread through `slot`; if the thread cannot be started,
     // it runs here instead (at this thread's priority) rather than being lost.
@@ -51,11 +51,11 @@ fn run_compaction(inner: &Arc<DbInner>, c: Compaction) -> Result<()> {
         let low = std::thread::Builder::new().name("cairn-deepcomp".into()).spawn_scoped(scope, || {
             lower_priority(nice);
             let c = slot.lock().take().expect("taken once");
-            crate::compaction::job::run(inner, c)
+            crate::db::compact::run(inner, c)
         });
         match low {
             Ok(handle) => handle.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            Err(_) => crate::compaction::job::run(inner, slot.lock().take().expect("the thread never started")),
+            Err(_) => crate::db::compact::run(inner, slot.lock().take().expect("the thread never started")),
         }
     })
 }
@@ -148,7 +148,7 @@ fn flush_loop(inner: &Arc<DbInner>) {
         match res {
             Ok(next_wal) => {
                 drop(st);
-                crate::compaction::job::open_new_tables(inner, &[file_no]);
+                crate::db::compact::open_new_tables(inner, &[file_no]);
                 remove_old_wals(inner, next_wal);
             }
             Err(e) => {

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::flow::Stall;
+use crate::flow::writers::Stall;
 
 /// Running counters, updated by the write path and background threads.
 #[derive(Default)]

@@ -32,7 +32,7 @@ pub(crate) struct SuperVersion {
     /// Frozen memtables, newest first.
     pub imms: Vec<Arc<Memtable>>,
     pub version: Arc<Version>,
-    /// `version`'s level-0 weight ([`crate::version::l0_weight`]), which every write checks.
+    /// `version`'s level-0 weight ([`crate::flow::writers::level0_weight`]), which every write checks.
     pub l0_weight: usize,
 }
 

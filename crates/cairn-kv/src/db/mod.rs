@@ -3,6 +3,7 @@
 //! transactions, keyspaces and statistics.
 
 pub mod background;
+pub mod compact;
 pub mod counters;
 pub mod inner;
 pub mod iter;
@@ -15,6 +16,7 @@ pub mod snapshot_list;
 pub mod stats;
 pub mod txn;
 pub mod verify;
+pub mod write;
 
 use std::ops::RangeBounds;
 use std::path::Path;
@@ -125,7 +127,7 @@ fn shutdown(inner: &Arc<DbInner>, threads: &Mutex<Vec<JoinHandle<()>>>) -> Resul
 fn flush_all(inner: &Arc<DbInner>) -> Result<()> {
     inner.check_poisoned()?;
     {
-        crate::write::switch_memtable(inner, &mut inner.lead.lock().wal, true)?;
+        crate::db::write::switch_memtable(inner, &mut inner.lead.lock().wal, true)?;
     }
     let mut st = inner.state.lock();
     while !st.imms.is_empty() {
@@ -237,8 +239,8 @@ impl Db {
         }
         inner.queue.write(
             req,
-            |group, defer_sync| crate::write::lead_group(inner, group, defer_sync),
-            |group, led| crate::write::apply_group(inner, group, led),
+            |group, defer_sync| crate::db::write::lead_group(inner, group, defer_sync),
+            |group, led| crate::db::write::apply_group(inner, group, led),
             |why| inner.poison(why),
         )
     }
@@ -301,7 +303,7 @@ impl Db {
     /// versions and deleted keys that no snapshot needs (like RocksDB's full `CompactRange`).
     pub fn compact_all(&self) -> Result<()> {
         self.flush()?;
-        crate::compaction::job::compact_all(self.inner())?;
+        crate::db::compact::compact_all(self.inner())?;
         // The tables it replaced, unless a reader still holds them, are deleted by now.
         self.inner().cleaner.wait_idle();
         Ok(())

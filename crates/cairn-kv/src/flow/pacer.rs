@@ -26,15 +26,15 @@
 //! Foreground reads that miss the block cache and wait for the device are paced against the
 //! same way ([`crate::Options::read_pacing`]): a compaction reading and writing at full speed
 //! fills the device's queue, and each such read waits behind it (after a bulk load, the next
-//! open's compaction debt made read-only clients' p99 latency 2.4 times a peer's whose load
-//! had paid it). Reads of [`DEVICE_READ`] or longer are the device's (a page-cache hit takes a
+//! open's compaction debt held read-only clients behind it). Reads of [`DEVICE_READ`] or longer are the device's (a page-cache hit takes a
 //! few microseconds); their mean latency over [`READ_SAMPLE`] (at least [`READ_SAMPLE_MIN`]
 //! of them) drives a second controller of the same kind, and a compaction waits as long as the
 //! slower of the two asks. The same exemptions hold, so writers are never held by it for
 //! longer than level 0 and the frozen memtables allow; and while scans pay for level 0's
-//! tables, compactions out of level 0 do not wait for it (they are what speeds those scans up:
-//! after a bulk load left 13 tables in level 0, a compaction of them into the base level,
-//! paced by the reads, did not end within any 50 s YCSB E run, and every scan merged all 13).
+//! tables, compactions out of level 0 do not wait for it (they are what speeds those scans up).
+//!
+//! The policy itself is [`PaceView::decide`]; the runs behind each exemption are in
+//! `docs/design/2026-12-07-flow-control.md`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,14 +63,13 @@ const CUT_EVERY: Duration = Duration::from_millis(100);
 /// Unused allowance carried forward at most this long: a burst after a pause stays short.
 const BURST: Duration = Duration::from_millis(20);
 
-/// Level-0 weight (tables, or bytes in memtables' worth: [`crate::version::l0_weight`]) from
+/// Level-0 weight (tables, or bytes in memtables' worth: [`super::writers::level0_weight`]) from
 /// which compactions out of level 0 are not paced: the slowdown trigger
 /// (20 by default), where writers start to be slowed for level 0's sake. Below it a synced
 /// writer, whose writes come at the pace of its syncs, gains more from the device than from a
 /// level-0 compaction finishing sooner: a bulk load without syncs can leave level 0 a few tables
 /// short of the slowdown trigger, and compacting that debt at full speed when synced writes
-/// begin made each of their syncs wait ~100 ms for the device (1 s in all, at the start of a
-/// run of synced writes).
+/// begin made each of their syncs wait for the device (`docs/design/2026-12-07-flow-control.md`).
 pub(crate) fn l0_unpaced_weight(opts: &crate::Options) -> usize {
     opts.level0_slowdown_trigger.max(opts.level0_compaction_trigger)
 }
@@ -313,6 +312,70 @@ pub(crate) const FLUSH: usize = usize::MAX;
 /// [`Pacer::pace`]'s level for an intra-level-0 merge.
 pub(crate) const INTRA_L0: usize = usize::MAX - 1;
 
+/// What decides whether a compaction that wrote a chunk waits, and on which latency: a
+/// snapshot taken by [`Pacer::pace`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PaceView {
+    /// What wrote: a compaction out of this level, [`INTRA_L0`], or [`FLUSH`].
+    pub level: usize,
+    /// Synced writes happen (a sync within [`ACTIVE`]) and pacing by them is on.
+    pub syncs_on: bool,
+    /// Reads wait for the device (a sample within [`ACTIVE`]) and pacing by them is on.
+    pub reads_on: bool,
+    /// Level 0 weighs [`l0_unpaced_weight`] or more ([`Pacer::set_urgent`]).
+    pub l0_urgent: bool,
+    /// As many memtables wait for flush as may ([`flush_urgent`]).
+    pub flush_urgent: bool,
+    /// Scans that merge many level-0 tables come at [`SLOW_READS_URGENT`] per second or more
+    /// ([`Control::read_pressure`]; asked only for compactions out of level 0).
+    pub scans_pay: bool,
+}
+
+/// What a compaction does after writing a chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pace {
+    /// Nothing is paced (no synced writes, no device reads): write on, and leave write-back
+    /// to the kernel.
+    Off,
+    /// Paced, but this output must not wait: start write-back of the chunk and write on.
+    Urgent,
+    /// Wait as long as the slower of the named controllers asks, then start write-back.
+    Wait {
+        /// The sync-latency controller is asked.
+        syncs: bool,
+        /// The device-read controller is asked.
+        reads: bool,
+    },
+}
+
+impl PaceView {
+    /// The pacing rule. Off when neither latency is watched. Urgent: a compaction out of level 0
+    /// while level 0 is urgent; an intra-level-0 merge while level 0 is urgent or scans pay
+    /// for its tables (level-0 tables cost every such scan a block read each, so merging them
+    /// into one goes before the synced writes' and the reads' latency, as LevelDB's
+    /// seek-triggered and Pebble's read-triggered compactions let reads ask for compactions;
+    /// the merge is bounded, `pick_intra_l0`); a flush while writers would stall at the next
+    /// full memtable. Otherwise it waits for the sync controller when synced writes happen,
+    /// and for the read controller when reads wait for the device, except a compaction out of
+    /// level 0 while scans pay for level 0's tables: it is what speeds them up (the sync
+    /// controller still paces it: synced writers gain nothing from it).
+    pub fn decide(&self) -> Pace {
+        if !self.syncs_on && !self.reads_on {
+            return Pace::Off;
+        }
+        let urgent = match self.level {
+            0 => self.l0_urgent,
+            INTRA_L0 => self.l0_urgent || self.scans_pay,
+            FLUSH => self.flush_urgent,
+            _ => false,
+        };
+        if urgent {
+            return Pace::Urgent;
+        }
+        Pace::Wait { syncs: self.syncs_on, reads: self.reads_on && !(self.level == 0 && self.scans_pay) }
+    }
+}
+
 /// The engine's pacer: a [`Control`] for sync latency and one for device reads, behind locks,
 /// and whether level 0 and flushes are urgent.
 #[derive(Debug, Default)]
@@ -385,35 +448,28 @@ impl Pacer {
                 }
                 control.active(now)
             };
-            if !syncs_on && !reads_on {
-                return false;
-            }
-            // Whether scans pay for level 0's tables (asked only for compactions out of it).
-            let scans_pay =
-                matches!(level, 0 | INTRA_L0) && syncs.read_pressure(now, self.slow_reads.load(Ordering::Relaxed));
-            let urgent = match level {
-                0 => self.urgent.load(Ordering::Relaxed),
-                // Level-0 tables cost every scan a block read each: while scans pay for them,
-                // merging them into one goes before the synced writes' and the reads' latency
-                // (as LevelDB's seek-triggered and Pebble's read-triggered compactions let
-                // reads ask for compactions). The merge is bounded (`pick_intra_l0`); a
-                // compaction into the base level is not, and the sync controller still paces
-                // it (the read controller does not, below).
-                INTRA_L0 => self.urgent.load(Ordering::Relaxed) || scans_pay,
-                FLUSH => self.flush_urgent.load(Ordering::Relaxed),
-                _ => false,
+            // Whether scans pay for level 0's tables is asked (and its window moved on) only
+            // for compactions out of level 0, and only while something is paced.
+            let scans_pay = (syncs_on || reads_on)
+                && matches!(level, 0 | INTRA_L0)
+                && syncs.read_pressure(now, self.slow_reads.load(Ordering::Relaxed));
+            let view = PaceView {
+                level,
+                syncs_on,
+                reads_on,
+                l0_urgent: self.urgent.load(Ordering::Relaxed),
+                flush_urgent: self.flush_urgent.load(Ordering::Relaxed),
+                scans_pay,
             };
-            if urgent {
-                return true;
+            match view.decide() {
+                Pace::Off => return false,
+                Pace::Urgent => return true,
+                Pace::Wait { syncs: by_syncs, reads: by_reads } => {
+                    let by_syncs = if by_syncs { syncs.delay(now, bytes) } else { Duration::ZERO };
+                    let by_reads = if by_reads { reads.0.delay(now, bytes) } else { Duration::ZERO };
+                    by_syncs.max(by_reads)
+                }
             }
-            // The read controller keeps compactions from slowing reads; while scans pay for
-            // level 0's tables, a compaction out of level 0 is what speeds them up, and the
-            // read controller lets it be (the sync controller does not: synced writers gain
-            // nothing from it).
-            let by_syncs = if syncs_on { syncs.delay(now, bytes) } else { Duration::ZERO };
-            let by_reads =
-                if reads_on && !(level == 0 && scans_pay) { reads.0.delay(now, bytes) } else { Duration::ZERO };
-            by_syncs.max(by_reads)
         };
         let start = Instant::now();
         while !self.stopped.load(Ordering::Acquire) {
@@ -454,6 +510,49 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
     const US: Duration = Duration::from_micros(1);
+
+    /// The pacing rule, case by case: what each output does with each latency watched, level 0
+    /// and the memtables urgent or not, and scans paying for level 0's tables or not.
+    #[test]
+    fn the_pacing_rule() {
+        use Pace::*;
+        let v = |level, syncs_on, reads_on, l0_urgent, flush_urgent, scans_pay| PaceView {
+            level,
+            syncs_on,
+            reads_on,
+            l0_urgent,
+            flush_urgent,
+            scans_pay,
+        };
+        let both = Wait { syncs: true, reads: true };
+        let cases = [
+            // level, syncs, reads, l0 urgent, flush urgent, scans pay -> pace
+            (v(0, false, false, true, true, true), Off),
+            (v(FLUSH, false, false, false, false, false), Off),
+            (v(3, false, false, false, false, false), Off),
+            (v(0, true, true, false, false, false), both),
+            (v(0, true, false, false, false, false), Wait { syncs: true, reads: false }),
+            (v(0, false, true, false, false, false), Wait { syncs: false, reads: true }),
+            (v(0, true, true, true, false, false), Urgent),
+            (v(0, true, true, false, true, false), both),
+            // Scans paying for level 0: its compaction into the base level skips the read
+            // controller, not the sync controller.
+            (v(0, true, true, false, false, true), Wait { syncs: true, reads: false }),
+            (v(0, false, true, false, false, true), Wait { syncs: false, reads: false }),
+            (v(INTRA_L0, true, true, false, false, false), both),
+            (v(INTRA_L0, true, true, true, false, false), Urgent),
+            (v(INTRA_L0, false, true, false, false, true), Urgent),
+            (v(FLUSH, true, true, false, false, false), both),
+            (v(FLUSH, true, false, false, true, false), Urgent),
+            (v(FLUSH, true, true, true, false, true), both),
+            // Deeper levels are never urgent and always wait for both.
+            (v(1, true, true, true, true, true), both),
+            (v(6, false, true, true, true, false), Wait { syncs: false, reads: true }),
+        ];
+        for (view, want) in cases {
+            assert_eq!(view.decide(), want, "{view:?}");
+        }
+    }
 
     #[test]
     fn level0_is_urgent_at_the_slowdown_trigger() {

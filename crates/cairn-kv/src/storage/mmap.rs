@@ -11,8 +11,8 @@
 //! the end of the log.
 //!
 //! The writer does not make the slow calls of moving from one segment to the next: two helper
-//! threads of the log's do (each seen to take milliseconds, and up
-//! to 0.1 s with a compaction keeping the disk busy, in traces of 10M-record loads). One
+//! threads of the log's do (each can take milliseconds, and far longer with a compaction
+//! keeping the disk busy: `docs/design/2026-12-07-engine-measurements.md`). One
 //! reserves and maps the next segment (`fallocate`, `mmap`, and faulting its pages in) while
 //! the writer fills the current one. The other unmaps each filled segment and, while the log
 //! is told to write back ([`WritableFile::set_write_back`]: synced writes go into it), starts

@@ -14,12 +14,12 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::block::builder::BlockBuilder;
+use crate::block::{Block, BlockHandle};
 use crate::cache::{BlockCache, Warmed};
 use crate::error::IoContext;
 use crate::key::{self, TRAILER_LEN, ValueKind};
 use crate::key::{MAX_KEY_LEN, MAX_VALUE_LEN};
-use crate::table::block::builder::BlockBuilder;
-use crate::table::block::{Block, BlockHandle};
 use crate::table::compression::{BlockCompressor, TAG_NONE};
 use crate::table::filter::FilterBuilder;
 use crate::table::format::{BLOCK_TRAILER_LEN, FOOTER_LEN, Footer, MAX_BLOCK_SIZE, block_checksum};

@@ -12,7 +12,7 @@
 
 use std::path::Path;
 
-use crate::table::block::BlockHandle;
+use crate::block::BlockHandle;
 use crate::{Error, Result};
 
 /// Last 8 bytes of every table (`u64` LE; the bytes on disk read `1STCAIRN`).

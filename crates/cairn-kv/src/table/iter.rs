@@ -8,8 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use crate::Result;
+use crate::block::{Block, BlockHandle, BlockIter};
 use crate::iter::{InternalIterator, PendingRead, PrepareSeek};
-use crate::table::block::{Block, BlockHandle, BlockIter};
 use crate::table::reader::{Readahead, TableReader, block_end};
 
 impl TableReader {

@@ -1,7 +1,6 @@
-//! SSTables: their blocks ([`block`]) and filters ([`filter`]), block compression, the
+//! SSTables: their blocks (made of [`crate::block`]s) and filters ([`filter`]), block compression, the
 //! builder and the reader, and the cache of open tables.
 
-pub mod block;
 pub mod builder;
 pub mod compression;
 pub mod filter;

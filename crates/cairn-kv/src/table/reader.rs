@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::block::{Block, BlockHandle, BlockIter, RestartPrefixes};
 use crate::cache::{BlockCache, TableBlocks};
 use crate::error::IoContext;
 use crate::iter::InternalIterator;
 use crate::key;
-use crate::table::block::{Block, BlockHandle, BlockIter, RestartPrefixes};
 use crate::table::compression::{decompress, decompress_pooled};
 use crate::table::filter::TableFilter;
 use crate::table::format::{BLOCK_TRAILER_LEN, FOOTER_LEN, Footer, block_checksum};
@@ -927,7 +927,7 @@ mod tests {
                 (proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64), 0u8..4), 0..4),
             handles in proptest::collection::vec((0usize..8, 0u64..300, 0u8..4), 0..6),
         ) {
-            use crate::table::block::builder::BlockBuilder;
+            use crate::block::builder::BlockBuilder;
             use crate::table::format::{Footer, block_checksum};
             let frame = |file: &mut Vec<u8>, data: &[u8], tag: u8| {
                 let h = BlockHandle { offset: file.len() as u64, size: data.len() as u64 };

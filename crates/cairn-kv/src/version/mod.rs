@@ -26,8 +26,8 @@ use crate::{Error, Result};
 ///
 /// Deleting a file can take as long as a device write: a file system mounted with online
 /// discard (ext4 `-o discard`, common on cloud disks) trims the file's blocks before `unlink`
-/// returns: on this project's test machine, with compactions keeping the disk busy, table
-/// deletions of 5 ms or more took 29 ms at the median and up to 262 ms. The last reference to
+/// returns, tens to hundreds of milliseconds with compactions keeping the disk busy
+/// (`docs/design/2026-12-07-engine-measurements.md`). The last reference to
 /// a table is often dropped by a reader (with the superseded view of the tree it read through)
 /// or under the engine's state lock, so the deletion is queued here instead, one file at a
 /// time.
@@ -174,26 +174,15 @@ pub(crate) fn sorted_overlap(files: &[Arc<TableFile>], lo: &[u8], hi: &[u8]) -> 
     start..end
 }
 
-/// What level-0 tables `files` weigh against the level-0 triggers: their number, or their bytes
-/// in memtables' worth (`memtable_size` each, rounded up), whichever is more. A flush adds at
-/// most a memtable's worth and one table; an intra-level-0 merge takes tables away but none of
-/// the bytes that must still be merged into the base level, so counted by tables alone, level 0
-/// could grow without writers being slowed (a bulk load left 14 tables holding 2.2 GB, which no
-/// run afterwards had the time to merge down). By bytes, level 0 is held to the size the
-/// triggers allow flushes to reach: 20 memtables' worth at the default slowdown trigger.
+/// What level-0 tables `files` weigh against the level-0 triggers
+/// ([`crate::flow::writers::level0_weight`] of their number and bytes).
 pub(crate) fn l0_weight<'a>(files: impl IntoIterator<Item = &'a Arc<TableFile>>, memtable_size: usize) -> usize {
     let (mut tables, mut bytes) = (0usize, 0u64);
     for f in files {
         tables += 1;
         bytes = bytes.saturating_add(f.info.size);
     }
-    tables.max(memtables_worth(bytes, memtable_size))
-}
-
-/// `bytes` in memtables' worth (`memtable_size` each, rounded up): what level-0 bytes weigh
-/// against the level-0 triggers ([`l0_weight`]).
-pub(crate) fn memtables_worth(bytes: u64, memtable_size: usize) -> usize {
-    usize::try_from(bytes.div_ceil(memtable_size.max(1) as u64)).unwrap_or(usize::MAX)
+    crate::flow::writers::level0_weight(tables, bytes, memtable_size)
 }
 
 /// The live tables and version-level range tombstones.

@@ -29,7 +29,7 @@ pub(crate) struct Wal {
     /// synced write went into them, so nothing waits for their records to be durable. The
     /// next synced write ends them first (its acknowledgement promises every earlier write
     /// durable); one whose memtable is flushed first is dropped unended, its records never
-    /// synced (see `write::switch_memtable`). All are newer than `sealing`'s.
+    /// synced (see `db::write::switch_memtable`). All are newer than `sealing`'s.
     pub unended: std::collections::VecDeque<(u64, LogWriter)>,
     /// Whether a synced write went into `writer`.
     pub synced: bool,

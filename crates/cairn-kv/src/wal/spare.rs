@@ -4,7 +4,7 @@
 //!
 //! Starting a log costs a file creation, the reservation of its first segment, an `fdatasync`
 //! (which commits the new extent to the file system's journal) and a sync of the directory:
-//! 20 to 45 ms on a busy disk, seen in traces of 10M-record loads. Made at the memtable switch,
+//! tens of milliseconds on a busy disk (`docs/design/2026-12-07-engine-measurements.md`). Made at the memtable switch,
 //! that time stalled the writer and every writer queued behind it, once per memtable. The
 //! spare is made right after a switch instead, while the new memtable fills, and the next
 //! switch only takes it.
@@ -15,8 +15,8 @@
 //! holds a record). A clean close deletes it.
 //!
 //! Ending the log a switch leaves ([`end_wal`]) costs two `fdatasync`s, the first of a
-//! memtable's worth of records (42-57 ms, seen in traces of 1-thread writes on a busy disk,
-//! with a hole punch of about 24 ms), again stalling every writer. Writes go on into the next
+//! memtable's worth of records (tens of milliseconds on a busy disk, with the hole punch:
+//! `docs/design/2026-12-07-engine-measurements.md`), again stalling every writer. Writes go on into the next
 //! log meanwhile. A synced write waits for the seal before its own sync (its acknowledgement
 //! promises every earlier write durable too), and so does the next switch, so at most one log
 //! is being sealed. Recovery

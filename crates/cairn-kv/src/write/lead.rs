@@ -1,6 +1,6 @@
 //! [`Lead`]: what the lead step of a write group holds, one group at a time.
 
-use crate::flow::SlowdownDebt;
+use crate::flow::writers::SlowdownDebt;
 use crate::wal::Wal;
 
 /// What a group's lead step holds while it runs (one group at a time, under

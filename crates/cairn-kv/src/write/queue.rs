@@ -11,9 +11,8 @@
 //! the writers that arrive meanwhile. While those delays keep ending with nobody joining
 //! (writers rarely come close together, as with 5% writes among reads), a synced group's
 //! fsync moves to its apply step instead: the next group writes its record and starts its own
-//! fsync while the first is still syncing, and the device works on both (on the disk
-//! measured, two overlapping `fdatasync`s of one file completed 9.1-9.4 K a second against
-//! 7.2-7.5 K one at a time).
+//! fsync while the first is still syncing, and the device works on both (two overlapping
+//! `fdatasync`s of one file complete more per second than one at a time: `docs/design/2026-12-07-engine-measurements.md`).
 //!
 //! A waiting writer first spins for up to [`SPIN`] on its own flag before it sleeps: without an
 //! fsync a group takes a few microseconds, and waking a sleeping thread costs more than that
@@ -147,8 +146,7 @@ const MAX_DELAY: Duration = Duration::from_micros(500);
 /// sync; one that is joined saves the device a sync. With 19 reads between a thread's
 /// writes on average (YCSB B and D, two threads), a joiner rarely comes within the delay:
 /// turning delays off after 8 misses in a row (the first rule tried) left them on, since a
-/// join now and then reset the count, and medians of five 50k-op runs rose from 95.7 to
-/// 99.0 K ops/s (B) and from 93.2 to 105.9 K (D) with this average instead.
+/// join now and then reset the count; this average did better (`docs/design/2026-12-07-engine-measurements.md`).
 const MISS_LIMIT: u32 = ONE / 2;
 const PROBE_EVERY: u64 = 32;
 
@@ -212,11 +210,9 @@ impl WriteQueue {
             return slot.result.lock().take().unwrap_or_else(|| Err(Error::Poisoned("a write got no result".into())));
         }
         // A writer waiting for a synced group sleeps at once if syncs are slow. Spinning for
-        // the first microseconds of a 140 us sync bought nothing and cost much: on the
-        // 2-core virtual machine measured, two synced writers' throughput was a quarter
-        // lower with it, and the next leader waited about 25 us instead of 6-9 us for the
-        // woken writer to join its commit delay (perhaps the host's I/O work and wake-ups
-        // wait for a busy virtual processor; not traced further).
+        // the first microseconds of a sync bought nothing and cost much: two synced writers'
+        // throughput was lower with it, and the next leader waited longer for the woken
+        // writer to join its commit delay (`docs/design/2026-12-07-engine-measurements.md`).
         let slow_sync = req.sync && self.sync_ns.load(Ordering::Relaxed) > SLOW_SYNC.as_nanos() as u64;
         let spin = if slow_sync { Duration::ZERO } else { SPIN };
         let slot = Arc::new(Slot::new(req));
@@ -267,8 +263,7 @@ impl WriteQueue {
     /// writers before it writes (a commit delay, as PostgreSQL's `commit_delay`), or `None`
     /// to write at once.
     ///
-    /// A synced group costs a sync (a device cache flush: about 140 us on the disk this was
-    /// measured on), however many writers it holds. Two writers that each write and wait in
+    /// A synced group costs a sync (a device cache flush), however many writers it holds. Two writers that each write and wait in
     /// turn otherwise alternate: the one that arrives during a group's sync leads the next
     /// group alone, since the other is still returning from its write, so every write pays a
     /// sync of its own. The leader waits only if another writer is inside `write` (most

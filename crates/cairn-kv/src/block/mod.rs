@@ -1,4 +1,4 @@
-//! Reads blocks written by [`crate::table::block::builder::BlockBuilder`]: [`Block`] validates the
+//! Reads blocks written by [`crate::block::builder::BlockBuilder`]: [`Block`] validates the
 //! restart trailer, [`BlockIter`] walks the entries in both directions and seeks by binary search
 //! over the restart points, as LevelDB does. The same iterator serves index blocks, whose values
 //! are [`BlockHandle`]s.

@@ -1,5 +1,5 @@
 //! Builds SSTable blocks (data and index blocks) with prefix-compressed keys and restart
-//! points, in LevelDB's layout. [`crate::table::block::Block`] reads them back.
+//! points, in LevelDB's layout. [`crate::block::Block`] reads them back.
 //!
 //! Layout (see `docs/format/sstable.md`):
 //!
@@ -158,9 +158,9 @@ mod tests {
         use proptest::prelude::*;
 
         use super::super::BlockBuilder;
+        use crate::block::{Block, BlockIter, RestartPrefixes};
         use crate::iter::InternalIterator;
         use crate::key::{self, compare_internal};
-        use crate::table::block::{Block, BlockIter, RestartPrefixes};
 
         /// Sorted, distinct internal keys with values.
         pub(crate) fn sorted_entries(raw: Vec<(Vec<u8>, u64, bool, Vec<u8>)>) -> Vec<(Vec<u8>, Vec<u8>)> {

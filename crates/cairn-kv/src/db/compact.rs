@@ -1,10 +1,8 @@
 //! Running a compaction: its inputs merged (split into subcompactions over key ranges of about
 //! equal bytes) into new tables of the output level, installed as one version edit;
-//! [`compact_all`] for `Db::compact_all`.
-//!
-//! Upward import: [`DbInner`], the engine's shared state, which a compaction reads its
-//! inputs' context from and installs its result into (as `db::background` runs it). Keeping the
-//! job below `db` would mean passing that state in pieces.
+//! [`compact_all`] for `Db::compact_all`. It lives in `db` because it runs on the engine's
+//! shared state ([`DbInner`]: the table cache, the pacer, the version to install into);
+//! `crate::compaction` picks compactions and writes their output without it.
 
 use std::sync::Arc;
 
