@@ -2,8 +2,9 @@
 """Lists the module-level import edges of cairn-kv and checks that they point down.
 
 Reads crates/cairn-kv/src (test modules, comments and strings left out), resolves every
-`crate::`, `super::` and `self::` path (in `use` trees and in code) to the module that defines
-the item, following `pub use` re-exports, and prints:
+`crate::`, `super::`, `self::` and submodule-relative path (in `use` trees and in code) to the
+module that defines the item, following `pub use` re-exports (a parent's `pub use` of its own
+submodules' items is the face of its subtree and not counted as an edge), and prints:
 
   - every edge `a::b -> c::d` between two modules (files), with how many paths make it;
   - the circles among modules (strongly connected components of more than one module);
@@ -16,7 +17,9 @@ Exits 1 if there is a circle at either level or an upward edge not in ALLOWED_UP
   scripts/kv-imports.py                 # the report
   scripts/kv-imports.py --edges         # only the edges, one per line
   scripts/kv-imports.py --map FILE      # place modules in top-level modules by FILE's lines
-                                        # `module top` (for a layout without directories)
+                                        # `module top` (for a layout without directories:
+                                        # scripts/kv-imports-flat-map.txt places the files
+                                        # of the flat layout before issue 77)
 """
 
 import os
