@@ -6,8 +6,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use cairn_kv::block::Block;
-use cairn_kv::iter::InternalIterator;
+use cairn_kv::internals::Block;
+use cairn_kv::internals::InternalIterator;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -5,7 +5,7 @@
 #![no_main]
 
 use bytes::Bytes;
-use cairn_kv::filter::TableFilter;
+use cairn_kv::internals::TableFilter;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -15,7 +15,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut bytes = rest.to_vec();
     if first & 1 == 1 {
-        bytes.push(cairn_kv::fuse_filter::TAG);
+        bytes.push(cairn_kv::internals::fuse::TAG);
     }
     let f = TableFilter::new(Bytes::from(bytes));
     for key in [&b""[..], b"a", b"key00000001", rest] {

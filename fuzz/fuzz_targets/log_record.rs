@@ -5,8 +5,8 @@
 
 use std::path::Path;
 
-use cairn_kv::batch::decode_record;
-use cairn_kv::log::{LogWriter, read_log};
+use cairn_kv::internals::decode_record;
+use cairn_kv::internals::log::{LogWriter, read_log};
 use cairn_kv::{MemStorage, Storage};
 use libfuzzer_sys::fuzz_target;
 

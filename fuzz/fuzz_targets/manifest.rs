@@ -4,8 +4,8 @@
 
 use std::path::Path;
 
-use cairn_kv::log::read_log;
-use cairn_kv::version_edit::VersionEdit;
+use cairn_kv::internals::log::read_log;
+use cairn_kv::internals::VersionEdit;
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -126,7 +126,7 @@ fn scans(c: &mut Criterion) {
 /// One table's filter at 10 bits per key over 65,536 keys (a 64 MiB table of 1,000-byte
 /// values): building it, and probing it with absent keys (what a read pays per table it skips).
 fn filters(c: &mut Criterion) {
-    use cairn_kv::filter::{FilterBuilder, TableFilter, key_hash};
+    use cairn_kv::internals::filter::{FilterBuilder, TableFilter, key_hash};
     const KEYS: u64 = 65_536;
     let mut fb = FilterBuilder::new(10);
     for i in 0..KEYS {

@@ -6,6 +6,17 @@
 
 use std::cmp::Ordering;
 
+/// Largest accepted key, in bytes (64 KiB).
+pub const MAX_KEY_LEN: usize = 64 << 10;
+/// Largest accepted value, in bytes (64 MiB).
+pub const MAX_VALUE_LEN: usize = 64 << 20;
+
+/// The 64-bit hash of a user key that filters probe with (`xxh3_64`): the memtables' and the
+/// tables' ([`crate::table::filter`]).
+pub fn key_hash(user_key: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(user_key)
+}
+
 /// A sequence number. Only the low 56 bits are usable.
 pub type SeqNo = u64;
 

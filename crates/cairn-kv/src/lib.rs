@@ -3,87 +3,60 @@
 //! Writes go to a write-ahead log (CRC32C records, group commit) and a concurrent skiplist
 //! memtable; full memtables are flushed to SSTables by a background thread and SSTables are
 //! merged by leveled compaction. See `ARCHITECTURE.md` and `docs/format/kv.md`.
+//!
+//! The modules form a tree whose imports point down, lowest first: the leaves ([`error`],
+//! [`coding`], `key`, `options`), `flow` (write-stall and compaction pacing policy),
+//! [`storage`], `iter`, `memtable`, `wal`, `block`, `cache`, `table`, `version`, `compaction`,
+//! `write`, and `db` (the [`Db`] handle and the shared state everything that runs on it works
+//! on: the write path's two steps, compactions, opening, repair, iterators, snapshots,
+//! transactions). `scripts/kv-imports.py` lists the imports and checks that they do.
+//! The public API is re-exported here; [`internals`] holds what fuzz targets, benchmarks and
+//! tests reach into.
 
 pub mod coding;
 pub mod error;
-pub mod iter;
-pub mod key;
-pub mod options;
-pub mod storage;
+mod key;
+mod options;
+#[doc(hidden)]
 pub mod testing;
 
-// -- storage implementations and log format --
-pub mod log;
-mod storage_fs;
-mod storage_mem;
-mod storage_mmap;
-pub use storage_fs::FsStorage;
-pub use storage_mem::MemStorage;
+mod flow;
+pub mod storage;
 
-// -- sstable --
-pub mod block;
-pub mod block_builder;
-pub mod block_cache;
-pub mod block_pool;
-pub mod compression;
-pub mod filter;
-pub mod fuse_filter;
-pub mod table_builder;
-pub mod table_cache;
-pub mod table_reader;
-pub use block_cache::{BlockCache, CacheStats};
-pub use table_builder::{TableBuilder, TableInfo};
-pub use table_cache::TableCache;
-pub use table_reader::{TableIter, TableReader};
-
-// -- engine --
-mod background;
-pub mod batch;
-mod compaction;
-mod db;
-mod db_iter;
-mod flush;
-pub mod keyspace;
-mod manifest;
+mod iter;
 mod memtable;
-mod merge_iter;
-mod pacer;
-mod prefetch;
-pub mod range_del;
-mod recovery;
-mod repair;
-mod sequences;
-mod skiplist;
-mod snapshot;
-mod spare_log;
-mod stats;
-mod txn;
-mod verify;
+mod wal;
+
+mod block;
+mod cache;
+mod table;
+
+mod compaction;
 mod version;
-pub mod version_edit;
+
+mod db;
 mod write;
-mod write_queue;
 
-pub use batch::{BatchOp, WriteBatch};
+#[doc(hidden)]
+pub mod internals;
+
+pub use cache::CacheStats;
 #[cfg(feature = "failpoints")]
-pub use db::FailpointHook;
+pub use db::inner::FailpointHook;
+pub use db::iter::{Iter, KvPair, prefix_successor};
+pub use db::keyspace::{self, Keyspace, KeyspaceBatch, KeyspaceId, KeyspaceIter, KeyspaceSnapshot, KeyspaceTxn};
+pub use db::open::LOST_DIR;
+pub use db::recovery_report::{DiscardedTail, LogRecovery, RecoveryReport};
+pub use db::repair::{LostBlock, RepairReport, SalvagedTable, SetAside};
+pub use db::snapshot::Snapshot;
+pub use db::stats::{LevelStats, Stats};
+pub use db::txn::{Transaction, retry_backoff, with_retries};
+pub use db::verify::{DamagedBlock, VerifyReport};
 pub use db::{Db, WriteOptions};
-pub use db_iter::{Iter, KvPair, prefix_successor};
-pub use key::SeqNo;
-pub use keyspace::{Keyspace, KeyspaceBatch, KeyspaceId, KeyspaceIter, KeyspaceSnapshot, KeyspaceTxn};
-pub use pacer::PaceStats;
-pub use recovery::{DiscardedTail, LOST_DIR, LogRecovery, RecoveryReport};
-pub use repair::{LostBlock, RepairReport, SalvagedTable, SetAside};
-pub use snapshot::Snapshot;
-pub use stats::{LevelStats, Stats};
-pub use txn::{Transaction, retry_backoff, with_retries};
-pub use verify::{DamagedBlock, VerifyReport};
-
 pub use error::{Error, Result};
+pub use flow::pacer::PaceStats;
+pub use key::{MAX_KEY_LEN, MAX_VALUE_LEN, SeqNo};
 pub use options::{Compression, Options, TableOptions};
-pub use storage::{FileLock, RandomAccessFile, Storage, WritableFile};
-
-/// Largest accepted key, in bytes (64 KiB).
-pub const MAX_KEY_LEN: usize = 64 << 10;
-/// Largest accepted value, in bytes (64 MiB).
-pub const MAX_VALUE_LEN: usize = 64 << 20;
+pub use storage::{FileLock, FsStorage, MemStorage, RandomAccessFile, Storage, WritableFile};
+pub use wal::record::BatchOp;
+pub use write::batch::WriteBatch;

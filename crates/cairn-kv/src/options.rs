@@ -30,7 +30,7 @@ pub struct Options {
     pub block_restart_interval: usize,
     /// Filter bits per key, a budget: a table gets a binary fuse filter (1/256 false
     /// positives) where that fits the budget with fewer false positives than a bloom filter of
-    /// it, a bloom filter otherwise ([`crate::filter`]); 0 disables filters (default 10).
+    /// it, a bloom filter otherwise ([`crate::table::filter`]); 0 disables filters (default 10).
     pub bloom_bits_per_key: u32,
     /// Data block compression (default LZ4).
     pub compression: Compression,

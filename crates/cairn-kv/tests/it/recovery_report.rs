@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use cairn_kv::log::{LogWriter, read_log};
+use cairn_kv::internals::log::{LogWriter, read_log};
 use cairn_kv::storage::Storage;
 use cairn_kv::{Db, FsStorage, Options};
 

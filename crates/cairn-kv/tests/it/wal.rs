@@ -8,7 +8,7 @@ use std::sync::mpsc::channel;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use cairn_kv::log::{LogTail, LogWriter, read_log};
+use cairn_kv::internals::log::{LogTail, LogWriter, read_log};
 use cairn_kv::storage::Storage;
 use cairn_kv::{Db, FsStorage, MemStorage, Options, WriteBatch, WriteOptions};
 
