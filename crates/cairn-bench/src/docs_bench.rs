@@ -80,7 +80,8 @@ const QUERIES: &[&str] = &[
 /// Grep patterns (regex, case-sensitive) for the source tree.
 const PATTERNS: &[&str] = &["spin_lock_irqsave", r"EXPORT_SYMBOL_GPL\(\w+\)", r"\bTODO\b", "copy_(to|from)_user"];
 
-fn abstracts(corpus: &Path) -> Result<Vec<String>> {
+/// The corpus's documents as `title\ntext` (BEIR `corpus.jsonl`, optionally gzip-compressed).
+pub(crate) fn abstracts(corpus: &Path) -> Result<Vec<String>> {
     let f = corpus.join("corpus.jsonl.gz");
     let r: Box<dyn std::io::Read> = if f.exists() {
         Box::new(flate2::read::MultiGzDecoder::new(std::fs::File::open(&f)?))
@@ -152,10 +153,12 @@ impl DocEngine for Cairn {
     }
 }
 
-struct Sqlite(Connection);
+/// The SQLite peer: documents in a table, their text in an FTS5 table (WAL, `synchronous=FULL`).
+pub(crate) struct Sqlite(pub(crate) Connection);
 
 impl Sqlite {
-    fn open(dir: &Path) -> Result<Sqlite> {
+    /// Creates the database in `dir` (`docs.sqlite`).
+    pub(crate) fn open(dir: &Path) -> Result<Sqlite> {
         let c = Connection::open(dir.join("docs.sqlite"))?;
         c.execute_batch(
             "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL;
@@ -168,7 +171,8 @@ impl Sqlite {
         Ok(Sqlite(c))
     }
 
-    fn insert(tx: &rusqlite::Transaction<'_>, path: &str, content: &[u8]) -> Result<()> {
+    /// Adds or replaces the document at `path` and its full-text entry; returns its row id.
+    pub(crate) fn insert(tx: &rusqlite::Transaction<'_>, path: &str, content: &[u8]) -> Result<i64> {
         tx.execute(
             "INSERT INTO docs(path, content, version, updated) VALUES (?1, ?2, 1, unixepoch())
              ON CONFLICT(path) DO UPDATE SET content = excluded.content, version = version + 1",
@@ -179,7 +183,7 @@ impl Sqlite {
         if let Ok(text) = std::str::from_utf8(content) {
             tx.execute("INSERT INTO fts(rowid, path, body) VALUES (?1, ?2, ?3)", params![id, path, text])?;
         }
-        Ok(())
+        Ok(id)
     }
 }
 
@@ -215,18 +219,28 @@ impl DocEngine for Sqlite {
         Ok(())
     }
     fn search(&mut self, q: &str) -> Result<usize> {
-        let mut st = self.0.prepare_cached(
-            "SELECT d.path, snippet(fts, 1, '[', ']', '...', 24) FROM fts JOIN docs d ON d.id = fts.rowid
-             WHERE fts MATCH ?1 ORDER BY bm25(fts) LIMIT 10",
-        )?;
-        let rows = st.query_map([fts_query(q)], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))?;
-        Ok(rows.count())
+        fts_search(&self.0, q)
     }
+}
+
+/// The top 10 documents for `q` by BM25, with their paths and snippets; returns how many.
+pub(crate) fn fts_search(c: &Connection, q: &str) -> Result<usize> {
+    let mut st = c.prepare_cached(
+        "SELECT d.path, snippet(fts, 1, '[', ']', '...', 24) FROM fts JOIN docs d ON d.id = fts.rowid
+         WHERE fts MATCH ?1 ORDER BY bm25(fts) LIMIT 10",
+    )?;
+    let mut rows = st.query([fts_query(q)])?;
+    let mut n = 0;
+    while let Some(r) = rows.next()? {
+        let _: (String, String) = (r.get(0)?, r.get(1)?);
+        n += 1;
+    }
+    Ok(n)
 }
 
 /// The same query in FTS5 syntax: phrases stay phrases, other words are OR'ed (as cairn's
 /// default), each quoted so `_` and other punctuation are literal.
-fn fts_query(q: &str) -> String {
+pub(crate) fn fts_query(q: &str) -> String {
     if q.starts_with('"') {
         return q.to_string();
     }

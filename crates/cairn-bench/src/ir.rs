@@ -46,7 +46,8 @@ fn open_maybe_gz(dir: &Path, names: &[String]) -> Result<Box<dyn BufRead>> {
     bail!("none of {names:?} in {}", dir.display())
 }
 
-fn jsonl(dir: &Path, stem: &str) -> Result<Vec<serde_json::Value>> {
+/// The JSON lines of `<stem>.jsonl` or `<stem>.jsonl.gz` in `dir`.
+pub(crate) fn jsonl(dir: &Path, stem: &str) -> Result<Vec<serde_json::Value>> {
     let r = open_maybe_gz(dir, &[format!("{stem}.jsonl"), format!("{stem}.jsonl.gz")])?;
     let mut out = Vec::new();
     for (i, line) in r.lines().enumerate() {

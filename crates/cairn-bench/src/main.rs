@@ -6,12 +6,15 @@
 //! Badger) on a fresh directory, so every engine is measured in its own process; it collects one
 //! JSON line per run and prints medians and cairn/peer ratios.
 
+mod daemon;
 mod docs_bench;
 mod engine;
 mod engines;
 mod generator;
 mod ir;
 mod measure;
+mod mixed_bench;
+mod mixed_load;
 mod report;
 mod runner;
 mod serve_bench;
@@ -52,8 +55,18 @@ enum Cmd {
     /// collection.
     Ir(ir::IrArgs),
     /// The daemon: framing against a plain length-prefixed exchange, 1-64 clients adding
-    /// documents, a 16-client mixed load.
+    /// documents.
     Serve(serve_bench::ServeArgs),
+    /// Many clients doing a mixed add/search/ls load on the daemon, against SQLite FTS5 doing the
+    /// same load (`--long`: rounds into one daemon, throughput and memory per round).
+    Mixed(mixed_bench::MixedArgs),
+    /// Runs one engine of `mixed` and prints one JSON line per round (used by `mixed`).
+    #[command(hide = true)]
+    MixedRunOne {
+        /// The cell, as JSON.
+        #[arg(long)]
+        cell: String,
+    },
     /// Record tables (create, read, update, delete, 70/30 mix with 0-2 indexes, index lookup,
     /// range scan, filter evaluation) against SQLite and PostgreSQL.
     Tables(tables_bench::TablesArgs),
@@ -171,6 +184,8 @@ fn main() -> ExitCode {
         Cmd::Ir(a) => ir::run(a),
         Cmd::Docs(a) => docs_bench::run(a),
         Cmd::Serve(a) => serve_bench::run(a),
+        Cmd::Mixed(a) => mixed_bench::run(a),
+        Cmd::MixedRunOne { cell } => mixed_load::run_one(&cell),
         Cmd::Tables(a) => tables_bench::run(a),
         Cmd::Trees(a) => trees_bench::run_trees(a),
     };
@@ -494,6 +509,12 @@ fn ycsb(a: YcsbArgs) -> Result<()> {
     Ok(())
 }
 
+/// The document memory of data directory `dir`, opened through the application layer (which
+/// owns the directory's layout).
+pub fn open_memory(dir: &std::path::Path) -> anyhow::Result<cairn_docs::Memory> {
+    Ok(cairn_app::Cairn::open(dir)?.memory(true)?)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -509,10 +530,4 @@ mod tests {
         assert!(parse_engine_exe("fjall=").is_err());
         assert!(parse_engine_exe("pebble=/x").unwrap_err().contains("Go peer"));
     }
-}
-
-/// The document memory of data directory `dir`, opened through the application layer (which
-/// owns the directory's layout).
-pub fn open_memory(dir: &std::path::Path) -> anyhow::Result<cairn_docs::Memory> {
-    Ok(cairn_app::Cairn::open(dir)?.memory(true)?)
 }

@@ -1,17 +1,19 @@
 //! `cairn-bench serve`: the daemon's framing cost against a plain length-prefixed exchange on a
-//! Unix socket (the physical limit), and 1..64 clients adding documents and a mixed
-//! add/search/ls load, with failures counted and the daemon's peak RSS.
+//! Unix socket (the physical limit), and 1..64 clients adding documents, with failures counted
+//! and the daemon's peak RSS. The mixed add/search/ls load is `cairn-bench mixed`
+//! (`mixed_bench.rs`).
 
 use std::io::{Read, Write};
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 
 use cairn_server::client::{self, Client};
+
+use crate::daemon::{Daemon, add};
 use clap::Args;
 use hdrhistogram::Histogram;
 
@@ -30,60 +32,9 @@ pub struct ServeArgs {
     /// 1 KiB documents added by each client per scaling step.
     #[arg(long, default_value_t = 100)]
     per_client: usize,
-    /// Operations per client in the 16-client mixed run.
-    #[arg(long, default_value_t = 200)]
-    mixed_ops: usize,
     /// Repetitions of the framing measurements (medians are printed).
     #[arg(long, default_value_t = 3)]
     reps: usize,
-}
-
-struct Daemon {
-    child: Child,
-    sock: PathBuf,
-}
-
-impl Daemon {
-    fn start(bin: &Path, dir: &Path) -> Result<Daemon> {
-        let child = Command::new(bin)
-            .arg("--dir")
-            .arg(dir)
-            .arg("serve")
-            .stderr(Stdio::null())
-            .spawn()
-            .with_context(|| format!("starting {}", bin.display()))?;
-        let sock = cairn_app::Layout::new(dir).socket();
-        let t = Instant::now();
-        while client::connect_unix(&sock, None).is_err() {
-            if t.elapsed() > Duration::from_secs(30) {
-                bail!("the daemon did not come up");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(Daemon { child, sock })
-    }
-
-    fn client(&self) -> Result<Client> {
-        client::connect_unix(&self.sock, None)
-    }
-
-    fn peak_rss_mib(&self) -> f64 {
-        let s = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap_or_default();
-        let kib: f64 = s
-            .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0.0);
-        kib / 1024.0
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = Command::new("kill").arg("-TERM").arg(self.child.id().to_string()).status();
-        let _ = self.child.wait();
-    }
 }
 
 fn hist() -> Histogram<u64> {
@@ -228,7 +179,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
                     let Ok(mut c) = c else { return (h, per) };
                     for i in 0..per {
                         let t = Instant::now();
-                        match add(&mut c, format!("c{id}/d{i}"), doc(id, i), vec![]) {
+                        match add(&mut c, vec![(format!("c{id}/d{i}"), doc(id, i))], vec![]) {
                             Ok(_) => {
                                 let _ = h.record(t.elapsed().as_micros().max(1) as u64);
                             }
@@ -261,71 +212,5 @@ pub fn run(a: ServeArgs) -> Result<()> {
         );
     }
 
-    println!("\nmixed, 16 clients x {} ops (60% add, 30% search, 10% ls of the client's tag):", a.mixed_ops);
-    let start = Instant::now();
-    let handles: Vec<_> = (0..16)
-        .map(|k| {
-            let sock = daemon.sock.clone();
-            let ops = a.mixed_ops;
-            std::thread::spawn(move || -> Result<([Histogram<u64>; 3], usize)> {
-                let mut hs = [hist(), hist(), hist()];
-                let mut failures = 0;
-                let mut c = client::connect_unix(&sock, None)?;
-                let tag = format!("m{k}");
-                for i in 0..ops {
-                    let kind = [0, 1, 0, 2, 0, 1, 0, 1, 0, 0][i % 10];
-                    let t = Instant::now();
-                    let ok = match kind {
-                        0 => add(&mut c, format!("mixed/{k}/{i}"), doc(10_000 + k, i), vec![tag.clone()]).is_ok(),
-                        1 => {
-                            let mut q = cairn_app::docs::SearchRequest::new("storage engine commit");
-                            q.words = true;
-                            c.execute(&cairn_app::Request::Search(q), None, None).is_ok()
-                        }
-                        _ => {
-                            let filter = cairn_app::docs::Filter { tags: vec![tag.clone()], ..Default::default() };
-                            let req = cairn_app::docs::LsRequest { filter, limit: None };
-                            c.execute(&cairn_app::Request::Ls(req), None, None).is_ok()
-                        }
-                    };
-                    if ok {
-                        hs[kind].record(t.elapsed().as_micros().max(1) as u64)?;
-                    } else {
-                        failures += 1;
-                    }
-                }
-                Ok((hs, failures))
-            })
-        })
-        .collect();
-    let mut hs = [hist(), hist(), hist()];
-    let mut failures = 0;
-    for j in handles {
-        let (h, f) = j.join().expect("client thread")?;
-        for (a, b) in hs.iter_mut().zip(h) {
-            a.add(b)?;
-        }
-        failures += f;
-    }
-    let secs = start.elapsed().as_secs_f64();
-    println!("{:>8} {:>10} {:>10} {:>10} {:>10}", "op", "count", "p50 ms", "p95 ms", "p99 ms");
-    for (name, h) in ["add", "search", "ls"].iter().zip(&hs) {
-        let q = |p: f64| h.value_at_quantile(p) as f64 / 1000.0;
-        println!("{name:>8} {:>10} {:>10.2} {:>10.2} {:>10.2}", h.len(), q(0.5), q(0.95), q(0.99));
-    }
-    let total: u64 = hs.iter().map(Histogram::len).sum();
-    println!(
-        "aggregate {:.0} ops/s, failures {failures}, daemon peak RSS {:.0} MiB",
-        total as f64 / secs,
-        daemon.peak_rss_mib()
-    );
     Ok(())
-}
-
-/// Adds one named document through the daemon.
-fn add(c: &mut Client, name: String, content: Vec<u8>, tags: Vec<String>) -> cairn_app::Result<cairn_app::Response> {
-    let doc =
-        cairn_app::docs::NamedContent { name, content: None, content_base64: Some(cairn_app::text::base64(&content)) };
-    let req = cairn_app::docs::AddRequest { docs: vec![doc], tags, ..Default::default() };
-    c.execute(&cairn_app::Request::Add(req), None, None)
 }
