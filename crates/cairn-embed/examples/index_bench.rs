@@ -17,6 +17,11 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use cairn_embed::{IndexOptions, QuantizedVector, VectorIndex};
+
+/// The pool the default options give an index of `n` vectors.
+fn default_pool(n: usize) -> usize {
+    IndexOptions::default().pool(n)
+}
 use rand::{Rng, SeedableRng, rngs::StdRng};
 
 const DIM: usize = 384;
@@ -84,7 +89,9 @@ fn measure(label: &str, index: &VectorIndex, queries: &[Vec<f32>], candidates: &
     }
     lat.sort_by(f64::total_cmp);
     println!("{label} n={} exact: p50 {:.2} ms p99 {:.2} ms", index.len(), pct(&lat, 0.5), pct(&lat, 0.99));
-    for &c in candidates {
+    let mut pools = candidates.to_vec();
+    pools.push(default_pool(index.len()));
+    for &c in &pools {
         let mut lat = Vec::new();
         let mut found = 0usize;
         let mut total = 0usize;

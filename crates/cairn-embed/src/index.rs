@@ -3,7 +3,7 @@
 //! Below [`IndexOptions::prefilter_threshold`] vectors every search is an exact scan. From there
 //! on, each vector also has a 1-bit code (the signs of its components after the index's mean is
 //! subtracted); a search ranks all codes by Hamming distance to the query's code, keeps the
-//! nearest [`IndexOptions::candidates`] and rescores those with the int8 dot product. Recall
+//! nearest [`IndexOptions::pool`] and rescores those with the int8 dot product. Recall
 //! against the exact scan and latencies: docs/design/2026-12-07-embedding-model.md.
 
 use std::cmp::Ordering;
@@ -18,13 +18,25 @@ use crate::quant::QuantizedVector;
 pub struct IndexOptions {
     /// From this many vectors on, searches go through the 1-bit prefilter.
     pub prefilter_threshold: usize,
-    /// Vectors the prefilter passes to int8 rescoring (at least `k`).
+    /// The fewest vectors the prefilter passes to int8 rescoring (at least `k` are passed).
     pub candidates: usize,
+    /// The share of the index, in thousandths, the prefilter passes when that is more than
+    /// `candidates`: at a fixed pool, recall falls as the index grows.
+    pub candidates_per_mille: usize,
+}
+
+impl IndexOptions {
+    /// The candidate pool for an index of `n` vectors.
+    pub fn pool(&self, n: usize) -> usize {
+        self.candidates.max(n / 1000 * self.candidates_per_mille)
+    }
 }
 
 impl Default for IndexOptions {
+    /// The exact scan below 200,000 vectors; from there a pool of 0.8 % of the index, at least
+    /// 2,000 (docs/design/2026-12-07-embedding-model.md).
     fn default() -> Self {
-        IndexOptions { prefilter_threshold: 200_000, candidates: 4_000 }
+        IndexOptions { prefilter_threshold: 200_000, candidates: 2_000, candidates_per_mille: 8 }
     }
 }
 
@@ -281,7 +293,7 @@ impl VectorIndex {
     pub fn search(&self, query: &[f32], k: usize, allowed: Option<&HashSet<u64>>) -> Result<Vec<Hit>> {
         let small_filter = allowed.is_some_and(|a| a.len() < self.options.prefilter_threshold);
         if self.prefilter_active() && !small_filter {
-            self.search_prefiltered(query, k, self.options.candidates, allowed)
+            self.search_prefiltered(query, k, self.options.pool(self.len()), allowed)
         } else {
             self.search_exact(query, k, allowed)
         }
@@ -479,7 +491,7 @@ mod tests {
     fn prefilter_turns_on_at_threshold_and_agrees_with_exact_scan() {
         let mut rng = StdRng::seed_from_u64(11);
         let dim = 64;
-        let options = IndexOptions { prefilter_threshold: 2000, candidates: 400 };
+        let options = IndexOptions { prefilter_threshold: 2000, candidates: 400, candidates_per_mille: 0 };
         let mut idx = VectorIndex::with_options(dim, options);
         // Clustered data: queries near stored vectors, as embeddings are.
         let centres: Vec<Vec<f32>> = (0..50).map(|_| unit(&mut rng, dim)).collect();
