@@ -423,6 +423,23 @@ mod tests {
     }
 
     #[test]
+    fn embedder_can_be_shared_between_threads() {
+        fn shareable<T: Send + Sync>() {}
+        shareable::<Embedder>();
+        let (_dir, e) = tiny("mean", EmbedOptions::default());
+        let e = std::sync::Arc::new(e);
+        let handles: Vec<_> = (0..2)
+            .map(|i| {
+                let e = std::sync::Arc::clone(&e);
+                std::thread::spawn(move || e.embed_query(if i == 0 { "cat" } else { "dog" }).unwrap())
+            })
+            .collect();
+        let got: Vec<Vec<f32>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        assert!(close(&got[0], &e.embed_query("cat").unwrap(), 1e-6));
+        assert!(close(&got[1], &e.embed_query("dog").unwrap(), 1e-6));
+    }
+
+    #[test]
     fn loads_a_tiny_model_and_records_what_it_is() {
         let (dir, e) = tiny("mean", EmbedOptions::default());
         assert_eq!(e.dimension(), test_model::HIDDEN);
