@@ -23,8 +23,8 @@ mod kernels;
 mod manifest;
 mod quant;
 mod splitter;
-#[cfg(all(test, feature = "candle"))]
-mod test_model;
+#[cfg(any(all(test, feature = "candle"), feature = "testing"))]
+pub mod test_model;
 mod tokenizer;
 
 pub use embedder::{EmbedOptions, Embedder, ModelInfo};

@@ -1,5 +1,6 @@
 //! A tiny BERT with random weights and a small WordPiece tokenizer, written to a temporary model
-//! directory, so the embedder's tests run without the real model.
+//! directory, so the embedder's tests (and, with the feature `testing`, the tests of the crates
+//! above) run without the real model.
 
 use std::path::Path;
 
@@ -8,7 +9,7 @@ use candle_nn::{VarBuilder, VarMap};
 use candle_transformers::models::bert::{BertModel, Config};
 
 /// The tiny model's vector length.
-pub(crate) const HIDDEN: usize = 32;
+pub const HIDDEN: usize = 32;
 
 const WORDS: &[&str] = &[
     "the", "cat", "sat", "on", "mat", "dog", "ran", "in", "park", "bees", "make", "honey", "stock", "market", "fell",
@@ -17,7 +18,7 @@ const WORDS: &[&str] = &[
 
 /// A tokenizer.json whose own padding and truncation are fixed at 16 tokens, as
 /// all-MiniLM-L6-v2's are at 128: the embedder must override both.
-pub(crate) fn tokenizer_json() -> String {
+pub fn tokenizer_json() -> String {
     let mut vocab: Vec<String> = ["[PAD]", "[UNK]", "[CLS]", "[SEP]"].iter().map(|s| s.to_string()).collect();
     vocab.extend(WORDS.iter().map(|s| s.to_string()));
     for c in 'a'..='z' {
@@ -82,7 +83,7 @@ fn config() -> Config {
 
 /// Writes the tiny model into `dir`: random weights, config, tokenizer and manifest
 /// (`pooling` is "mean" or "cls"; queries get the instruction "query: ").
-pub(crate) fn write(dir: &Path, pooling: &str) {
+pub fn write(dir: &Path, pooling: &str) {
     let varmap = VarMap::new();
     let vb = VarBuilder::from_varmap(&varmap, DType::F32, &Device::Cpu);
     BertModel::load(vb, &config()).expect("random tiny BERT");
