@@ -38,6 +38,7 @@ pub use table_reader::{TableIter, TableReader};
 
 // -- engine --
 mod background;
+pub use background::lower_priority;
 pub mod batch;
 mod compaction;
 mod db;
