@@ -4,6 +4,7 @@ mod crash;
 mod grep;
 mod memory;
 mod search;
+mod semantic;
 
 use std::path::Path;
 
