@@ -23,6 +23,7 @@ pub mod docs;
 mod error;
 pub mod kv;
 pub mod layout;
+pub mod model;
 mod request;
 pub mod tables;
 pub mod text;
@@ -214,6 +215,7 @@ impl Cairn {
         let m = Memory::with_parts(db.keyspace(keyspace::DOCS), store, self.inner.layout.docs_index())
             .map_err(|e| Error::from(e).context("opening the document memory"))?;
         self.inner.warnings.lock().extend(m.take_warnings());
+        self.attach_installed(&m)?;
         l.memory = Some(m.clone());
         Ok(m)
     }
