@@ -14,6 +14,7 @@ mod ir;
 mod measure;
 mod report;
 mod runner;
+mod semantic_bench;
 mod serve_bench;
 mod stream;
 mod tables_bench;
@@ -51,6 +52,9 @@ enum Cmd {
     /// Retrieval quality (nDCG@10, Recall@100, MRR@10) of the document memory on a BEIR-format
     /// collection.
     Ir(ir::IrArgs),
+    /// What an embedding model costs: adds of 1 KB documents with and without one, and search
+    /// latency at a multiple of a collection's size.
+    Semantic(semantic_bench::SemanticArgs),
     /// The daemon: framing against a plain length-prefixed exchange, 1-64 clients adding
     /// documents, a 16-client mixed load.
     Serve(serve_bench::ServeArgs),
@@ -169,6 +173,7 @@ fn main() -> ExitCode {
         Cmd::YcsbRunOne(a) => run_one(a),
         Cmd::YcsbReport { file } => report_file(&file),
         Cmd::Ir(a) => ir::run(a),
+        Cmd::Semantic(a) => semantic_bench::run(a),
         Cmd::Docs(a) => docs_bench::run(a),
         Cmd::Serve(a) => serve_bench::run(a),
         Cmd::Tables(a) => tables_bench::run(a),

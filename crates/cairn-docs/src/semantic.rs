@@ -76,6 +76,31 @@ pub enum Fusion {
         /// The vector list's weight, in [0, 1].
         weight: f64,
     },
+    /// Scores divided by their list's best (both scores' floor is 0: BM25's, and the cosine's
+    /// of unrelated texts, clipped), combined as `weight * vector + (1 - weight) * bm25`: the
+    /// theoretical-minimum normalization of Bruch et al. (2023).
+    Scaled {
+        /// The vector list's weight, in [0, 1].
+        weight: f64,
+    },
+}
+
+/// The combination of [`Fusion::Scaled`]; best first, ties by the smaller id.
+fn scaled_combination(vector: &[(u64, f64)], bm25: &[(u64, f64)], weight: f64) -> Vec<(u64, f64)> {
+    let w = if weight.is_nan() { 0.5 } else { weight.clamp(0.0, 1.0) };
+    let mut combined: HashMap<u64, f64> = HashMap::new();
+    for (list, factor) in [(vector, w), (bm25, 1.0 - w)] {
+        let best = list.iter().map(|x| x.1).fold(0.0, f64::max);
+        if best <= 0.0 {
+            continue;
+        }
+        for (id, s) in list {
+            *combined.entry(*id).or_default() += factor * s.max(0.0) / best;
+        }
+    }
+    let mut v: Vec<(u64, f64)> = combined.into_iter().collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
 }
 
 impl Default for Fusion {
@@ -847,6 +872,7 @@ pub(crate) fn search(m: &Memory, query: &str, opts: &SearchOptions) -> Result<Se
                     fusion::reciprocal_rank_fusion(&[&a, &b], k)
                 }
                 Fusion::Convex { weight } => fusion::convex_combination(&vector_list, &list, weight),
+                Fusion::Scaled { weight } => scaled_combination(&vector_list, &list, weight),
             };
             let scores = r.hits.iter().map(|h| (h.doc.id, h.score)).collect();
             (fused, scores, r.warnings)

@@ -107,7 +107,9 @@ fn semantic_search_ranks_by_passage_vectors_with_filters() {
 
     // Hybrid: both scores where both lists have the document; each fusion puts the document
     // that matches the query's words and its meaning first.
-    for fusion in [Fusion::Rrf { k: 60.0 }, Fusion::Convex { weight: 0.5 }, Fusion::default()] {
+    for fusion in
+        [Fusion::Rrf { k: 60.0 }, Fusion::Convex { weight: 0.5 }, Fusion::Scaled { weight: 0.5 }, Fusion::default()]
+    {
         let o = SearchOptions { fusion, ..opts(Ranking::Hybrid) };
         let r = m.search("the stock market fell today", &o).unwrap();
         assert_eq!(r.hits[0].doc.path, "c.txt", "{fusion:?}");
