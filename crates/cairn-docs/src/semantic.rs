@@ -233,7 +233,7 @@ impl PassageCache {
 }
 
 fn vector_id(doc: u64, passage: usize) -> Option<u64> {
-    (doc < 1 << (64 - PASSAGE_BITS) && passage < MAX_PASSAGES).then(|| doc << PASSAGE_BITS | passage as u64)
+    (doc < 1 << (64 - PASSAGE_BITS) && passage < MAX_PASSAGES).then_some(doc << PASSAGE_BITS | passage as u64)
 }
 
 fn doc_of(vector_id: u64) -> u64 {
@@ -284,6 +284,12 @@ fn decode_vector(key: &[u8], value: &[u8]) -> Result<VectorRow> {
     let vector = QuantizedVector::decode(&value[VECTOR_HEADER..]).map_err(|e| corrupt(e.to_string()))?;
     Ok(VectorRow { doc, passage, version, range: start..end, vector })
 }
+
+/// A document's new vectors in a round: id, version, and (vector id, vector) per passage.
+type Embedded<'a> = (u64, u32, Vec<(u64, &'a QuantizedVector)>);
+
+/// A search's fused list, the BM25 scores by document, and the query's warnings.
+type Fused = (Vec<(u64, f64)>, HashMap<u64, f32>, Vec<String>);
 
 /// One document's work in a round: its passages and their text.
 struct DocJob {
@@ -430,7 +436,7 @@ impl Semantic {
         let quantized = self.embed_cached(embedder.as_deref(), &texts)?;
         let mut b = KeyspaceBatch::new();
         let mut next = quantized.iter();
-        let mut fresh: Vec<(u64, u32, Vec<(u64, &QuantizedVector)>)> = Vec::new();
+        let mut fresh: Vec<Embedded<'_>> = Vec::new();
         for j in &jobs {
             let end = match j.id.checked_add(1) {
                 Some(n) => vectors_prefix(n),
@@ -851,7 +857,7 @@ pub(crate) fn search(m: &Memory, query: &str, opts: &SearchOptions) -> Result<Se
         list.truncate(pool);
         (list, best)
     };
-    let (fused, bm25, warnings): (Vec<(u64, f64)>, HashMap<u64, f32>, Vec<String>) = match opts.ranking {
+    let (fused, bm25, warnings): Fused = match opts.ranking {
         crate::Ranking::Semantic => (vector_list.clone(), HashMap::new(), Vec::new()),
         _ => {
             let keyword = SearchOptions {
