@@ -1,8 +1,11 @@
 //! `cairn-bench ir`: retrieval quality of the document memory on a BEIR-format collection
 //! (corpus.jsonl, queries.jsonl, qrels TSV; each optionally gzip-compressed). Every document is
-//! added as `title + "\n\n" + text` under the path `<_id>`; every judged query of the split is
-//! searched as a bag of words (only its `text` field is read) with the default settings, and
-//! nDCG@10, Recall@100 and MRR@10 are computed as BEIR/pytrec_eval do.
+//! added as `title + "\n\n" + text` under the path `<_id>`; every judged query of each split is
+//! searched as a bag of words (only its `text` field is read) in each mode (keyword, semantic,
+//! hybrid with each fusion asked for), and nDCG@10, Recall@100 and MRR@10 are computed as
+//! BEIR/pytrec_eval do (a hit whose id is the query's own is dropped, as BEIR and Anserini do).
+//! With a model (`--model`), the time to embed the collection is measured too (passages/s,
+//! docs/s), and search latency includes the query's embedding.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read};
@@ -10,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use cairn_docs::{AddOptions, NewDoc, QueryMode, SearchOptions};
+use cairn_docs::{AddOptions, Fusion, ModelSpec, NewDoc, QueryMode, Ranking, SearchOptions};
 use clap::Args;
 
 #[derive(Args)]
@@ -19,12 +22,25 @@ pub struct IrArgs {
     /// qrels/<split>.tsv or qrels-<split>.tsv).
     #[arg(long, default_value = "../shared/data/ir")]
     data: PathBuf,
-    /// The qrels split to evaluate.
+    /// The qrels splits to evaluate, comma-separated (tune on train, report test).
     #[arg(long, default_value = "test")]
     split: String,
+    /// Ranking modes, comma-separated: keyword, semantic, hybrid (the last two need --model).
+    #[arg(long, default_value = "keyword")]
+    mode: String,
+    /// Fusions for hybrid mode, comma-separated: `default`, `rrf:K`, `convex:W`, `scaled:W`
+    /// (W: the vector list's weight).
+    #[arg(long, default_value = "default")]
+    fusion: String,
+    /// An embedding model directory (the last line of scripts/install-model.sh).
+    #[arg(long)]
+    model: Option<PathBuf>,
     /// Where to build the memory (default: a fresh temporary directory).
     #[arg(long)]
     dir: Option<PathBuf>,
+    /// With --dir holding the collection already (and its vectors), do not add it again.
+    #[arg(long)]
+    reuse: bool,
     /// Read queries with the query syntax (as `cairn search` does) instead of as bags of words.
     #[arg(long)]
     syntax: bool,
@@ -61,7 +77,7 @@ pub(crate) fn jsonl(dir: &Path, stem: &str) -> Result<Vec<serde_json::Value>> {
 }
 
 /// query id -> (doc id -> relevance)
-type Qrels = HashMap<String, HashMap<String, i64>>;
+pub(crate) type Qrels = HashMap<String, HashMap<String, i64>>;
 
 fn qrels(dir: &Path, split: &str) -> Result<Qrels> {
     let r = open_maybe_gz(dir, &[format!("qrels/{split}.tsv"), format!("qrels-{split}.tsv")])?;
@@ -120,21 +136,63 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p).round() as usize]
 }
 
-pub fn run(a: IrArgs) -> Result<()> {
-    let corpus = jsonl(&a.data, "corpus")?;
-    let queries = jsonl(&a.data, "queries")?;
-    let qrels = qrels(&a.data, &a.split)?;
-    let tmp;
-    let dir = match &a.dir {
-        Some(d) => d.clone(),
-        None => {
-            tmp = tempfile::tempdir()?;
-            tmp.path().to_path_buf()
-        }
-    };
-    let m = crate::open_memory(&dir)?;
-    let t = Instant::now();
-    let docs: Vec<NewDoc> = corpus
+fn parse_fusion(s: &str) -> Result<Fusion> {
+    Ok(match s.split_once(':') {
+        None if s == "default" => Fusion::default(),
+        Some(("rrf", k)) => Fusion::Rrf { k: k.parse().context("rrf:K")? },
+        Some(("convex", w)) => Fusion::Convex { weight: w.parse().context("convex:W")? },
+        Some(("scaled", w)) => Fusion::Scaled { weight: w.parse().context("scaled:W")? },
+        _ => bail!("fusion {s:?}: default, rrf:K, convex:W or scaled:W"),
+    })
+}
+
+fn fusion_name(f: Fusion) -> String {
+    match f {
+        Fusion::Rrf { k } => format!("rrf:{k}"),
+        Fusion::Convex { weight } => format!("convex:{weight}"),
+        Fusion::Scaled { weight } => format!("scaled:{weight}"),
+    }
+}
+
+/// One evaluation: a split searched in one mode.
+struct Eval {
+    ndcg: f64,
+    recall: f64,
+    mrr: f64,
+    p50: f64,
+    p99: f64,
+    queries: usize,
+}
+
+fn evaluate(m: &cairn_docs::Memory, judged: &[(&str, &str)], qrels: &Qrels, opts: &SearchOptions) -> Result<Eval> {
+    let (mut ndcg, mut recall, mut mrr) = (0.0, 0.0, 0.0);
+    let mut lat = Vec::with_capacity(judged.len());
+    for (id, text) in judged {
+        let t = Instant::now();
+        let r = m.search(text, opts)?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+        // BEIR's rule: a document that is the query itself is not a hit.
+        let ranked: Vec<String> = r.hits.into_iter().map(|h| h.doc.path).filter(|p| p != id).collect();
+        let rel = &qrels[*id];
+        ndcg += ndcg_at(&ranked, rel, 10);
+        recall += recall_at(&ranked, rel, 100);
+        mrr += mrr_at(&ranked, rel, 10);
+    }
+    let n = judged.len().max(1) as f64;
+    lat.sort_by(f64::total_cmp);
+    Ok(Eval {
+        ndcg: ndcg / n,
+        recall: recall / n,
+        mrr: mrr / n,
+        p50: percentile(&lat, 0.5),
+        p99: percentile(&lat, 0.99),
+        queries: judged.len(),
+    })
+}
+
+/// The collection's documents, as `cairn-bench ir` adds them.
+pub(crate) fn corpus_docs(data: &Path) -> Result<Vec<NewDoc>> {
+    Ok(jsonl(data, "corpus")?
         .iter()
         .map(|d| {
             let id = match d.get("_id") {
@@ -145,58 +203,138 @@ pub fn run(a: IrArgs) -> Result<()> {
             let content = format!("{}\n\n{}", str_field(d, "title"), str_field(d, "text"));
             NewDoc::new(id, content.into_bytes())
         })
-        .collect();
-    let n_docs = docs.len();
-    for chunk in docs.chunks(2000) {
-        m.add(chunk.to_vec(), &AddOptions::default())?;
-    }
-    m.commit()?;
-    let ingest = t.elapsed().as_secs_f64();
+        .collect())
+}
 
-    let mut judged: Vec<(&str, &str)> = queries
+/// The judged queries of `split`: (query id, text), and the judgments.
+pub(crate) fn judged_queries(data: &Path, split: &str) -> Result<(Vec<(String, String)>, Qrels)> {
+    let queries = jsonl(data, "queries")?;
+    let qrels = qrels(data, split)?;
+    let mut judged: Vec<(String, String)> = queries
         .iter()
         .filter_map(|q| {
             let id = q.get("_id")?.as_str()?;
-            qrels.contains_key(id).then(|| (id, str_field(q, "text")))
+            qrels.contains_key(id).then(|| (id.to_string(), str_field(q, "text").to_string()))
         })
         .collect();
     judged.sort();
     if judged.is_empty() {
-        bail!("no query of {} has judgments in the {} split", a.data.display(), a.split);
+        bail!("no query of {} has judgments in the {split} split", data.display());
     }
-    let mode = if a.syntax { QueryMode::Syntax } else { QueryMode::Words };
-    let opts = SearchOptions { limit: 100, mode, snippets: false, ..Default::default() };
-    let (mut ndcg, mut recall, mut mrr) = (0.0, 0.0, 0.0);
-    let mut lat = Vec::with_capacity(judged.len());
-    for (id, text) in &judged {
-        let t = Instant::now();
-        let r = m.search(text, &opts)?;
-        lat.push(t.elapsed().as_secs_f64() * 1e3);
-        let ranked: Vec<String> = r.hits.into_iter().map(|h| h.doc.path).collect();
-        let rel = &qrels[*id];
-        ndcg += ndcg_at(&ranked, rel, 10);
-        recall += recall_at(&ranked, rel, 100);
-        mrr += mrr_at(&ranked, rel, 10);
+    Ok((judged, qrels))
+}
+
+/// Attaches the model in `dir` to `m`, loaded now (so loading is not timed as embedding).
+pub(crate) fn attach(m: &cairn_docs::Memory, dir: &Path) -> Result<ModelSpec> {
+    let e = cairn_embed::Embedder::load(dir).with_context(|| format!("loading the model in {}", dir.display()))?;
+    let spec = ModelSpec::of(&e);
+    m.attach_model(spec.clone(), move || Ok(e))?;
+    Ok(spec)
+}
+
+pub fn run(a: IrArgs) -> Result<()> {
+    let modes: Vec<Ranking> = a
+        .mode
+        .split(',')
+        .map(|m| match m.trim() {
+            "keyword" => Ok(Ranking::Keyword),
+            "semantic" => Ok(Ranking::Semantic),
+            "hybrid" => Ok(Ranking::Hybrid),
+            other => bail!("mode {other:?}: keyword, semantic or hybrid"),
+        })
+        .collect::<Result<_>>()?;
+    let fusions: Vec<Fusion> = a.fusion.split(',').map(|f| parse_fusion(f.trim())).collect::<Result<_>>()?;
+    if modes.iter().any(|m| *m != Ranking::Keyword) && a.model.is_none() {
+        bail!("semantic and hybrid modes need --model DIR");
     }
-    let n = judged.len() as f64;
-    lat.sort_by(f64::total_cmp);
-    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
-    if a.json {
+    let tmp;
+    let dir = match &a.dir {
+        Some(d) => d.clone(),
+        None => {
+            tmp = tempfile::tempdir()?;
+            tmp.path().to_path_buf()
+        }
+    };
+    let m = crate::open_memory(&dir)?;
+    let model = match &a.model {
+        Some(d) => Some(attach(&m, d)?),
+        None => None,
+    };
+    let docs = corpus_docs(&a.data)?;
+    let n_docs = docs.len();
+    let reuse = a.reuse && m.stats()?.documents >= n_docs as u64;
+    let t = Instant::now();
+    if !reuse {
+        for chunk in docs.chunks(2000) {
+            m.add(chunk.to_vec(), &AddOptions::default())?;
+        }
+        m.commit()?;
+    }
+    let ingest = t.elapsed().as_secs_f64();
+    let mut embed = None;
+    if model.is_some() {
+        m.wait_for_embeddings(None)?;
+        let s = m.semantic_status()?.context("no semantic status")?;
+        embed = Some((t.elapsed().as_secs_f64(), s.documents, s.passages));
+    }
+    if !a.json {
+        println!("collection   {} ({} documents)", a.data.display(), n_docs);
+        if reuse {
+            println!("documents    reused from {}", dir.display());
+        } else {
+            println!("documents    added in {ingest:.2}s ({:.0} docs/s)", n_docs as f64 / ingest);
+        }
+        if let (Some(spec), Some((secs, d, p))) = (&model, embed) {
+            println!("model        {} ({} dimensions)", spec.name, spec.dimension);
+            if !reuse {
+                println!(
+                    "embedded     {d} documents, {p} passages in {secs:.1}s from the first add ({:.1} docs/s, {:.1} passages/s)",
+                    d as f64 / secs,
+                    p as f64 / secs
+                );
+            }
+        }
         println!(
-            "{}",
-            serde_json::json!({ "data": a.data, "split": a.split, "documents": n_docs, "queries": judged.len(), "syntax": a.syntax,
-                "ndcg@10": ndcg / n, "recall@100": recall / n, "mrr@10": mrr / n,
-                "ingest_seconds": ingest, "search_p50_ms": p50, "search_p99_ms": p99 })
+            "{:<6} {:<9} {:<12} {:>7} {:>8} {:>10} {:>7} {:>9} {:>9}",
+            "split", "mode", "fusion", "queries", "nDCG@10", "Recall@100", "MRR@10", "p50 ms", "p99 ms"
         );
-    } else {
-        println!("collection   {} ({} split)", a.data.display(), a.split);
-        println!("documents    {n_docs} added in {ingest:.2}s ({:.0} docs/s)", n_docs as f64 / ingest);
-        let how = if a.syntax { "query syntax" } else { "bag of words" };
-        println!("queries      {} ({how}, top 100)", judged.len());
-        println!("nDCG@10      {:.4}", ndcg / n);
-        println!("Recall@100   {:.4}", recall / n);
-        println!("MRR@10       {:.4}", mrr / n);
-        println!("search       p50 {p50:.2} ms, p99 {p99:.2} ms");
+    }
+    let how = if a.syntax { QueryMode::Syntax } else { QueryMode::Words };
+    for split in a.split.split(',').map(str::trim) {
+        let (judged, qrels) = judged_queries(&a.data, split)?;
+        let judged: Vec<(&str, &str)> = judged.iter().map(|(i, t)| (i.as_str(), t.as_str())).collect();
+        for &mode in &modes {
+            let fs: Vec<Option<Fusion>> =
+                if mode == Ranking::Hybrid { fusions.iter().copied().map(Some).collect() } else { vec![None] };
+            for f in fs {
+                let opts = SearchOptions {
+                    limit: 100,
+                    mode: how,
+                    snippets: false,
+                    ranking: mode,
+                    fusion: f.unwrap_or_default(),
+                    ..Default::default()
+                };
+                let e = evaluate(&m, &judged, &qrels, &opts)?;
+                let mode_name = format!("{mode:?}").to_lowercase();
+                let fusion = f.map(fusion_name).unwrap_or_else(|| "-".into());
+                if a.json {
+                    println!(
+                        "{}",
+                        serde_json::json!({ "data": a.data, "split": split, "mode": mode_name, "fusion": fusion,
+                            "documents": n_docs, "queries": e.queries, "syntax": a.syntax,
+                            "ndcg@10": e.ndcg, "recall@100": e.recall, "mrr@10": e.mrr,
+                            "ingest_seconds": ingest, "embed": embed.map(|(s, d, p)| serde_json::json!({"seconds": s, "documents": d, "passages": p})),
+                            "search_p50_ms": e.p50, "search_p99_ms": e.p99 })
+                    );
+                } else {
+                    println!(
+                        "{split:<6} {mode_name:<9} {fusion:<12} {:>7} {:>8.4} {:>10.4} {:>7.4} {:>9.2} {:>9.2}",
+                        e.queries, e.ndcg, e.recall, e.mrr, e.p50, e.p99
+                    );
+                }
+            }
+        }
     }
     m.close()?;
     Ok(())

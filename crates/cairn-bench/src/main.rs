@@ -17,6 +17,7 @@ mod mixed_bench;
 mod mixed_load;
 mod report;
 mod runner;
+mod semantic_bench;
 mod serve_bench;
 mod stream;
 mod tables_bench;
@@ -54,6 +55,9 @@ enum Cmd {
     /// Retrieval quality (nDCG@10, Recall@100, MRR@10) of the document memory on a BEIR-format
     /// collection.
     Ir(ir::IrArgs),
+    /// What an embedding model costs: adds of 1 KB documents with and without one, and search
+    /// latency at a multiple of a collection's size.
+    Semantic(semantic_bench::SemanticArgs),
     /// The daemon: framing against a plain length-prefixed exchange, 1-64 clients adding
     /// documents.
     Serve(serve_bench::ServeArgs),
@@ -182,6 +186,7 @@ fn main() -> ExitCode {
         Cmd::YcsbRunOne(a) => run_one(a),
         Cmd::YcsbReport { file } => report_file(&file),
         Cmd::Ir(a) => ir::run(a),
+        Cmd::Semantic(a) => semantic_bench::run(a),
         Cmd::Docs(a) => docs_bench::run(a),
         Cmd::Serve(a) => serve_bench::run(a),
         Cmd::Mixed(a) => mixed_bench::run(a),

@@ -100,10 +100,15 @@ pub enum DocsCommand {
     /// Document metadata.
     #[command(subcommand)]
     Meta(MetaCommand),
-    /// Full-text search (BM25): words, "phrases", AND/OR/NOT, +must, -mustnot, field:word.
+    /// Search: BM25 over words, "phrases", AND/OR/NOT, +must, -mustnot, field:word, and, with
+    /// an embedding model installed (`cairn model install`), passage vectors (hybrid by default).
     Search {
         /// The query.
         query: String,
+        /// keyword (BM25), semantic (passage vectors) or hybrid (both fused). Default: hybrid
+        /// with a model installed, keyword without.
+        #[arg(long, value_enum)]
+        mode: Option<SearchModeArg>,
         /// Hits to show.
         #[arg(short = 'n', long, default_value_t = 10)]
         limit: usize,
@@ -176,6 +181,27 @@ pub enum MetaCommand {
         /// Key.
         key: Option<String>,
     },
+}
+
+/// `cairn search --mode`.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub enum SearchModeArg {
+    /// BM25.
+    Keyword,
+    /// Passage vectors.
+    Semantic,
+    /// BM25 and passage vectors fused.
+    Hybrid,
+}
+
+impl SearchModeArg {
+    fn mode(self) -> docs::SearchMode {
+        match self {
+            SearchModeArg::Keyword => docs::SearchMode::Keyword,
+            SearchModeArg::Semantic => docs::SearchMode::Semantic,
+            SearchModeArg::Hybrid => docs::SearchMode::Hybrid,
+        }
+    }
 }
 
 /// Which documents (`ls`, `search`, `grep`).
@@ -299,7 +325,7 @@ impl DocsCommand {
             DocsCommand::Meta(MetaCommand::Get { doc, key }) => {
                 run(Request::MetaGet(docs::MetaGetRequest { doc: doc_ref(&doc), key }))
             }
-            DocsCommand::Search { query, limit, offset, words, no_snippets, filter } => {
+            DocsCommand::Search { query, mode, limit, offset, words, no_snippets, filter } => {
                 run(Request::Search(docs::SearchRequest {
                     query,
                     limit,
@@ -307,6 +333,7 @@ impl DocsCommand {
                     words,
                     snippets: !no_snippets,
                     filter: filter.filter(),
+                    mode: mode.map(SearchModeArg::mode),
                 }))
             }
             DocsCommand::Grep {

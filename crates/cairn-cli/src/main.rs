@@ -112,6 +112,9 @@ pub(crate) enum Command {
         #[arg(long = "source", value_name = "PATH")]
         sources: Vec<PathBuf>,
     },
+    /// Embedding models for semantic search.
+    #[command(subcommand)]
+    Model(ModelCommand),
     /// Logical size, stored size and dedup ratio of one snapshot or all.
     Du {
         /// Snapshot (default: all).
@@ -123,6 +126,24 @@ pub(crate) enum Command {
     /// Serve the memory to an agent over MCP (JSON-RPC on stdin/stdout). Uses the daemon when
     /// one serves the data directory.
     Mcp,
+}
+
+/// `cairn model ...`.
+#[derive(Subcommand, Debug)]
+pub(crate) enum ModelCommand {
+    /// Install an embedding model into the data directory: a model directory (the last line
+    /// of scripts/install-model.sh) or an id found in the model caches. Documents are then
+    /// embedded in the background and search is hybrid by default.
+    Install {
+        /// A model directory or id.
+        source: String,
+    },
+    /// The installed model and how far embedding is.
+    Status {
+        /// Wait until every queued document is embedded.
+        #[arg(long)]
+        wait: bool,
+    },
 }
 
 fn main() -> ExitCode {
@@ -222,6 +243,12 @@ fn plan(command: Command, json: bool) -> cairn::Result<(Plan, bool)> {
         }
         Command::Du { snapshot } => (Plan::Run(Request::Du(cairn::trees::DuRequest { snapshot })), false),
         Command::Repair { sources } => (Plan::Run(Request::Repair(cairn::repair::RepairRequest { sources })), false),
+        Command::Model(ModelCommand::Install { source }) => {
+            (Plan::Run(Request::ModelInstall(cairn::model::ModelInstallRequest { source })), false)
+        }
+        Command::Model(ModelCommand::Status { wait }) => {
+            (Plan::Run(Request::ModelStatus(cairn::model::ModelStatusRequest { wait })), false)
+        }
         Command::Serve(_) | Command::Mcp => unreachable!("handled by main"),
     })
 }

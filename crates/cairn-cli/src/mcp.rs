@@ -66,7 +66,7 @@ fn tools() -> Vec<Tool> {
         ),
         Tool::new(
             "search",
-            "BM25 full-text search with snippets. Query syntax: words, \"exact phrases\", AND/OR/NOT, +required, -excluded. Default limit 10; `total` says how many match.",
+            "Search with snippets: BM25 over words (syntax: words, \"exact phrases\", AND/OR/NOT, +required, -excluded) and, with an embedding model installed, passage vectors that find text by meaning. `mode`: keyword, semantic or hybrid (default hybrid with a model, keyword without); each hit reports its `bm25` and `vector` scores. Default limit 10; `total` says how many match.",
             schema::<docs::SearchRequest>(),
         ),
         Tool::new(

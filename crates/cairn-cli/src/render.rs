@@ -162,7 +162,36 @@ pub fn text(r: &Response, tty: bool, explain: bool, out: &mut dyn Write) -> cair
                 grep_file(f, &mut first, 0, false, tty, out)?;
             }
         }
-        Response::Reindex(r) => w(out, format!("indexed {} documents in {:.2}s", r.indexed, r.seconds))?,
+        Response::Reindex(r) => {
+            w(out, format!("indexed {} documents in {:.2}s", r.indexed, r.seconds))?;
+            if r.embeddings_queued > 0 {
+                w(out, format!("queued {} documents to be embedded again", r.embeddings_queued))?;
+            }
+        }
+        Response::ModelInstall(r) => {
+            w(
+                out,
+                format!(
+                    "installed {} ({} dimensions, sha256 {}) in models/{}",
+                    r.model.name, r.model.dimension, r.model.sha256, r.model.dir
+                ),
+            )?;
+            if !r.active {
+                w(out, "another model is in use in this process; the next open uses this one".to_string())?;
+            }
+        }
+        Response::ModelStatus(s) => match &s.model {
+            None => w(out, "no embedding model installed: search is keyword (BM25) only".to_string())?,
+            Some(m) => {
+                w(out, format!("model    {} ({} dimensions, sha256 {})", m.name, m.dimension, m.sha256))?;
+                w(out, format!("path     models/{}", m.dir))?;
+                w(out, format!("embedded {} documents, {} passages; {} queued", s.documents, s.passages, s.queued))?;
+                w(out, format!("search   {} by default", s.search_mode))?;
+                if let Some(e) = &s.error {
+                    w(out, format!("error    {e}"))?;
+                }
+            }
+        },
         Response::Snapshot(s) => {
             let i = &s.snapshot;
             w(
@@ -436,8 +465,19 @@ fn search(r: &SearchResult, tty: bool, out: &mut dyn Write) -> cairn::Result<()>
     }
     for h in &r.hits {
         let tags = if h.tags.is_empty() { String::new() } else { format!("  [{}]", h.tags.join(", ")) };
-        writeln!(out, "{:>3}. {}  (score {:.2}, v{}){}", h.rank, h.path, h.score, h.version, tags)
-            .map_err(stdout_err)?;
+        let scores = match (h.bm25, h.vector) {
+            (Some(b), Some(v)) if r.mode != cairn::docs::SearchMode::Keyword => {
+                format!("score {:.3}: bm25 {b:.2}, vector {v:.3}", h.score)
+            }
+            (None, Some(v)) if r.mode == cairn::docs::SearchMode::Hybrid => {
+                format!("score {:.3}: vector {v:.3}", h.score)
+            }
+            (Some(b), None) if r.mode == cairn::docs::SearchMode::Hybrid => {
+                format!("score {:.3}: bm25 {b:.2}", h.score)
+            }
+            _ => format!("score {:.2}", h.score),
+        };
+        writeln!(out, "{:>3}. {}  ({scores}, v{}){}", h.rank, h.path, h.version, tags).map_err(stdout_err)?;
         if let Some(s) = &h.snippet {
             let text = highlight(&s.text, &s.highlights, tty);
             writeln!(out, "     {}", text.split_whitespace().collect::<Vec<_>>().join(" ")).map_err(stdout_err)?;

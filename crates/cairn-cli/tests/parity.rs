@@ -8,11 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use cairn::Request;
+use cairn::docs::SearchMode;
 use cairn::docs::{
     AddRequest, ContentRequest, Filter, GetRequest, GrepRequest, LsRequest, MetaGetRequest, NamedContent,
     SearchRequest, TagRequest, VersionsRequest,
 };
 use cairn::kv::{KeyRequest, PutRequest as KvPut, ScanRequest};
+use cairn::model::{ModelInstallRequest, ModelStatusRequest};
 use cairn::tables::{CreateTableRequest, PutRequest, QueryRequest};
 use cairn::text::Blob;
 use cairn::trees::{DiffRequest, SnapshotRequest};
@@ -36,7 +38,7 @@ fn s(v: &[&str]) -> Vec<String> {
 const NOTE_V1: &str = "alpha beta gamma\nsecond line with a zebra\n";
 const NOTE_V2: &str = "alpha beta gamma delta\nsecond line with a zebra\nthird line\n";
 
-fn ops(tree_a: &Path, tree_b: &Path) -> Vec<Op> {
+fn ops(tree_a: &Path, tree_b: &Path, model: &str) -> Vec<Op> {
     let named = |content: &str| AddRequest {
         docs: vec![NamedContent { name: "notes/a.md".into(), content: Some(content.into()), content_base64: None }],
         tags: vec!["t1".into()],
@@ -233,6 +235,42 @@ fn ops(tree_a: &Path, tree_b: &Path) -> Vec<Op> {
             http: Some(("GET", "/v1/kv?prefix=co".into(), None)),
             mcp: None,
         },
+        // Last: with a model installed, search defaults to hybrid (the searches above stay BM25).
+        Op {
+            name: "model install",
+            cli: s(&["model", "install", model]),
+            stdin: None,
+            ipc: Request::ModelInstall(ModelInstallRequest { source: model.into() }),
+            http: Some(("POST", "/v1/model".into(), Some(json!({ "source": model }).to_string()))),
+            mcp: None,
+        },
+        Op {
+            name: "model status",
+            cli: s(&["model", "status", "--wait"]),
+            stdin: None,
+            ipc: Request::ModelStatus(ModelStatusRequest { wait: true }),
+            http: Some(("GET", "/v1/model?wait=true".into(), None)),
+            mcp: None,
+        },
+        Op {
+            name: "semantic search",
+            cli: s(&["search", "--mode", "semantic", "second line with a zebra"]),
+            stdin: None,
+            ipc: Request::Search(SearchRequest {
+                mode: Some(SearchMode::Semantic),
+                ..SearchRequest::new("second line with a zebra")
+            }),
+            http: Some(("GET", "/v1/search?q=second+line+with+a+zebra&mode=semantic".into(), None)),
+            mcp: Some(("search", json!({ "query": "second line with a zebra", "mode": "semantic" }))),
+        },
+        Op {
+            name: "hybrid search",
+            cli: s(&["search", "zebra"]),
+            stdin: None,
+            ipc: Request::Search(SearchRequest::new("zebra")),
+            http: Some(("GET", "/v1/search?q=zebra".into(), None)),
+            mcp: Some(("search", json!({ "query": "zebra" }))),
+        },
     ]
 }
 
@@ -308,7 +346,11 @@ fn every_front_end_gives_the_same_json() {
     let trees = t.path().join("trees");
     let a = tree(&trees, "a", &[("x.txt", "x\n"), ("sub/y.txt", "y\n")]);
     let b = tree(&trees, "b", &[("x.txt", "x changed\n"), ("sub/y.txt", "y\n"), ("z.txt", "z\n")]);
-    let ops = ops(&a, &b);
+    // A tiny random model inside the HTTP daemon's roots.
+    let model = trees.join("model");
+    std::fs::create_dir_all(&model).unwrap();
+    cairn_embed::test_model::write(&model, "mean");
+    let ops = ops(&a, &b, model.to_str().unwrap());
     let mut results: Vec<Vec<(String, Option<Value>)>> = Vec::new();
 
     // CLI --json, embedded.
@@ -358,7 +400,7 @@ fn every_front_end_gives_the_same_json() {
     let mut mcp = Mcp::start(&d);
     let mut got = Vec::new();
     for op in &ops {
-        if op.name == "table create" || op.name == "table put" {
+        if ["table create", "table put", "model install", "model status"].contains(&op.name) {
             // Not MCP tools: the session is closed for them and reopened.
             mcp.finish();
             let mut args: Vec<&str> = vec!["--json"];
@@ -403,4 +445,12 @@ fn every_front_end_gives_the_same_json() {
     assert_eq!(v(15)["records"], json!([{ "name": "Ada" }]));
     assert_eq!(v(17)["value"]["text"], "blue");
     assert_eq!(v(18)["rows"][0]["key"]["text"], "color");
+    let n = ops.len();
+    assert_eq!(v(n - 4)["model"]["name"], "tiny");
+    assert_eq!((v(n - 3)["queued"].clone(), v(n - 3)["loaded"].clone()), (json!(0), json!(true)));
+    assert_eq!(v(n - 2)["mode"], "semantic");
+    assert!(v(n - 2)["hits"][0]["vector"].is_number());
+    assert_eq!(v(n - 1)["mode"], "hybrid");
+    assert_eq!(v(n - 1)["hits"][0]["path"], "notes/a.md");
+    assert!(v(n - 1)["hits"][0]["bm25"].is_number() && v(n - 1)["hits"][0]["vector"].is_number());
 }

@@ -15,6 +15,9 @@ pub enum Error {
     /// The full-text index's files are damaged (the index library failed on them).
     #[error("the full-text index is damaged: {0}")]
     IndexDamaged(String),
+    /// The embedding model failed (or none is installed).
+    #[error("embedding model: {0}")]
+    Embed(#[from] cairn_embed::Error),
     /// A file could not be read or written.
     #[error("{}: {source}", path.display())]
     Io {

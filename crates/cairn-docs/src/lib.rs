@@ -1,7 +1,8 @@
 //! `cairn-docs`: the document memory. A document is a path with a series of content versions
 //! (content in the blob store, deduplicated), tags, key/value metadata and times; its current
 //! content is in a full-text index (tantivy, BM25, code-aware tokens, English stemming) and can
-//! be grepped with regular expressions.
+//! be grepped with regular expressions. With an embedding model attached, its passages are also
+//! embedded in the background for semantic and hybrid search ([`semantic`]).
 //!
 //! Durability: every change is one durable engine write (document rows, blob references and a
 //! `docs/q/` queue row together). The full-text index is updated right after and committed
@@ -14,13 +15,14 @@ pub mod extract;
 mod grep;
 mod index;
 pub mod rows;
+pub mod semantic;
 pub mod tokenizer;
 mod verify;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io::Read;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use cairn_cas::{BlobReader, Id, Prepared, Store};
 use cairn_kv::{Keyspace, KeyspaceBatch, WriteOptions};
@@ -32,6 +34,7 @@ pub use extract::Kind;
 pub use grep::{GrepFile, GrepLine, GrepOptions, GrepStats};
 pub use index::QueryMode;
 pub use rows::{DocRecord, VersionRecord, display_path, format_time, parse_time, path_from_display};
+pub use semantic::{Fusion, ModelSpec, Ranking, SemanticStatus};
 pub use verify::{Problem, VerifyReport};
 
 use rows::{decode, encode};
@@ -145,11 +148,23 @@ pub struct SearchOptions {
     pub mode: QueryMode,
     /// Cut a snippet with highlights from each hit's content.
     pub snippets: bool,
+    /// Which lists rank the hits (semantic and hybrid need a model: [`Memory::attach_model`]).
+    pub ranking: Ranking,
+    /// How hybrid ranking fuses its lists.
+    pub fusion: Fusion,
 }
 
 impl Default for SearchOptions {
     fn default() -> Self {
-        SearchOptions { limit: 10, offset: 0, filter: Filter::default(), mode: QueryMode::Syntax, snippets: true }
+        SearchOptions {
+            limit: 10,
+            offset: 0,
+            filter: Filter::default(),
+            mode: QueryMode::Syntax,
+            snippets: true,
+            ranking: Ranking::Keyword,
+            fusion: Fusion::default(),
+        }
     }
 }
 
@@ -165,8 +180,13 @@ pub struct Snippet {
 /// One search hit.
 #[derive(Clone, Debug)]
 pub struct SearchHit {
-    /// BM25 score.
+    /// The score hits are ranked by: BM25, the vector score, or the fused score.
     pub score: f32,
+    /// The BM25 score, when the document is in the BM25 list.
+    pub bm25: Option<f32>,
+    /// The best passage's vector score (cosine similarity), when the document is in the vector
+    /// list.
+    pub vector: Option<f32>,
     /// The document.
     pub doc: DocRecord,
     /// A snippet, when asked for and the content has matching words.
@@ -202,6 +222,10 @@ pub(crate) struct WriteState {
     next_seq: u64,
     /// Queue rows whose changes were written to the disk index directly, not committed yet.
     uncommitted: Vec<u64>,
+    /// Whether changes also queue their documents for embedding (a model is enabled).
+    embed: bool,
+    /// The next `docs/e/` queue row's sequence number.
+    next_embed_seq: u64,
 }
 
 impl WriteState {
@@ -211,6 +235,10 @@ impl WriteState {
         let seq = self.next_seq;
         self.next_seq += 1;
         batch.kv_put(rows_ks, rows::queue_key(seq), id.to_be_bytes())?;
+        if self.embed {
+            batch.kv_put(rows_ks, rows::embed_queue_key(self.next_embed_seq), id.to_be_bytes())?;
+            self.next_embed_seq += 1;
+        }
         Ok(seq)
     }
 }
@@ -247,6 +275,8 @@ struct Inner {
     /// The index's background flusher: stopped and joined when the memory is dropped, so the
     /// engine is released with the last handle.
     flusher: Mutex<Option<Flusher>>,
+    /// The semantic index, once a model is attached.
+    semantic: OnceLock<Arc<semantic::Semantic>>,
 }
 
 /// The thread that writes the index's in-memory layers to disk.
@@ -301,7 +331,13 @@ impl Memory {
             Some(kv) => rows::trailing_id(&kv?.0)? + 1,
             None => 0,
         };
-        let write = Mutex::new(WriteState { next_id, next_seq, uncommitted: Vec::new() });
+        let next_embed_seq = match rows.prefix(rows::EMBED_QUEUE).next_back() {
+            Some(kv) => rows::trailing_id(&kv?.0)? + 1,
+            None => 0,
+        };
+        // Once a model was enabled, changes queue their documents even while none is attached.
+        let embed = rows.get(rows::SEMANTIC_MODEL)?.is_some();
+        let write = Mutex::new(WriteState { next_id, next_seq, uncommitted: Vec::new(), embed, next_embed_seq });
         let m = Memory {
             inner: Arc::new(Inner {
                 rows,
@@ -311,6 +347,7 @@ impl Memory {
                 queue: Mutex::default(),
                 warnings: Arc::default(),
                 flusher: Mutex::default(),
+                semantic: OnceLock::new(),
             }),
         };
         if let Some(why) = damaged {
@@ -489,9 +526,11 @@ impl Memory {
         self.commit_locked(w)
     }
 
-    /// Commits the index and closes the engine.
+    /// Commits the index, waits for queued documents to be embedded (when a model is attached)
+    /// and stops the embedding thread.
     pub fn close(self) -> Result<()> {
         self.commit()?;
+        self.stop_embedding();
         Ok(())
     }
 
@@ -535,6 +574,7 @@ impl Memory {
             }
         }
         drop(w);
+        self.wake_embedding();
         let r = slot.lock().take();
         r.unwrap_or_else(|| Err(Error::InvalidArgument("add job lost".into())))
     }
@@ -711,6 +751,7 @@ impl Memory {
         batch.commit()?;
         if status != AddStatus::Unchanged {
             self.index_changes(&mut w, vec![index::Change::new(id, path, None)], seqs)?;
+            self.wake_embedding();
         }
         Ok(Added { doc, status })
     }
@@ -815,6 +856,7 @@ impl Memory {
         batch.commit()?;
         let changes = removed.into_iter().map(|id| index::Change::new(id, "", None)).collect();
         self.index_changes(&mut w, changes, seqs)?;
+        self.wake_embedding();
         Ok(missing)
     }
 
@@ -950,9 +992,13 @@ impl Memory {
         Ok(out)
     }
 
-    /// Full-text search (BM25) over the current content of the documents `opts.filter` allows.
+    /// Search over the current content of the documents `opts.filter` allows: full-text (BM25),
+    /// semantic or hybrid, by `opts.ranking`.
     pub fn search(&self, query: &str, opts: &SearchOptions) -> Result<SearchResults> {
-        index::guarded(|| self.search_unguarded(query, opts))
+        match opts.ranking {
+            Ranking::Keyword => index::guarded(|| self.search_unguarded(query, opts)),
+            Ranking::Semantic | Ranking::Hybrid => index::guarded(|| semantic::search(self, query, opts)),
+        }
     }
 
     fn search_unguarded(&self, query: &str, opts: &SearchOptions) -> Result<SearchResults> {
@@ -1004,7 +1050,7 @@ impl Memory {
                     }),
                 _ => None,
             };
-            hits.push(SearchHit { score, doc, snippet });
+            hits.push(SearchHit { score, bm25: Some(score), vector: None, doc, snippet });
         }
         Ok(SearchResults { total, hits, warnings })
     }

@@ -22,6 +22,15 @@ pub const META: &[u8] = b"m/";
 /// `docs/q/<seq u64 BE>` -> id (u64 BE): a document whose index entry must be redone.
 pub const QUEUE: &[u8] = b"q/";
 
+/// `docs/e/<seq u64 BE>` -> id (u64 BE): a document whose passage vectors must be redone
+/// (written with the document's change while a model is enabled; see [`crate::semantic`]).
+pub const EMBED_QUEUE: &[u8] = b"e/";
+/// `docs/x/<id u64 BE><passage u32 BE>` -> a passage vector ([`crate::semantic`],
+/// docs/format/docs.md).
+pub const VECTOR: &[u8] = b"x/";
+/// `docs/s/model` -> the model the stored vectors were made by (JSON record).
+pub const SEMANTIC_MODEL: &[u8] = b"s/model";
+
 /// Format byte of the JSON records.
 pub const FORMAT: u8 = 1;
 
@@ -182,6 +191,10 @@ pub(crate) fn meta_key(key: &str, value: &str, id: u64) -> Vec<u8> {
 
 pub(crate) fn queue_key(seq: u64) -> Vec<u8> {
     [QUEUE, &seq.to_be_bytes()].concat()
+}
+
+pub(crate) fn embed_queue_key(seq: u64) -> Vec<u8> {
+    [EMBED_QUEUE, &seq.to_be_bytes()].concat()
 }
 
 /// The trailing big-endian u64 of an index row key.

@@ -1,7 +1,7 @@
 //! Checking the memory against itself: every document row decodes and its path row points back
 //! at it, every version names a blob the store holds, tag and metadata rows agree with their
 //! documents, and the full-text index holds exactly the indexed documents (besides changes
-//! still queued for it).
+//! still queued for it); the passage vectors are checked in [`crate::semantic`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -166,6 +166,7 @@ impl Memory {
                 );
             }
         }
+        self.verify_vectors(&docs, &mut r)?;
         r.problems.sort_by(|a, b| a.problem.cmp(&b.problem));
         Ok(r)
     }

@@ -41,6 +41,7 @@ mod write;
 pub mod internals;
 
 pub use cache::CacheStats;
+pub use db::background::lower_priority;
 #[cfg(feature = "failpoints")]
 pub use db::inner::FailpointHook;
 pub use db::iter::{Iter, KvPair, prefix_successor};

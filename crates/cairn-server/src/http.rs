@@ -53,6 +53,7 @@ pub fn router(cairn: Cairn, config: Config) -> Router {
         .route("/v1/search", get(search))
         .route("/v1/grep", get(grep))
         .route("/v1/reindex", post(reindex))
+        .route("/v1/model", get(model_status).post(model_install))
         .route("/v1/verify", get(verify))
         .route("/v1/repair", post(repair))
         .route("/v1/gc", post(gc))
@@ -362,8 +363,15 @@ async fn meta_get(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Res
 }
 
 async fn search(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Response> {
-    let q = query_map(&uri, &params(&["q", "limit", "offset", "words", "snippets"], true))?;
+    let q = query_map(&uri, &params(&["q", "limit", "offset", "words", "snippets", "mode"], true))?;
     let d = docs::SearchRequest::default();
+    let mode = match q.get("mode").map(String::as_str) {
+        None => None,
+        Some("keyword") => Some(docs::SearchMode::Keyword),
+        Some("semantic") => Some(docs::SearchMode::Semantic),
+        Some("hybrid") => Some(docs::SearchMode::Hybrid),
+        Some(m) => return Err(bad(format!("mode={m}: expected keyword, semantic or hybrid"))),
+    };
     let req = docs::SearchRequest {
         query: q.get("q").cloned().ok_or_else(|| bad("give the query: ?q=..."))?,
         limit: number(&q, "limit")?.unwrap_or(d.limit).min(10_000),
@@ -371,6 +379,7 @@ async fn search(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Respo
         words: flag(&q, "words")?.unwrap_or(false),
         snippets: flag(&q, "snippets")?.unwrap_or(true),
         filter: filter(&q)?,
+        mode,
     };
     answer(&app, a.0, StatusCode::OK, cairn::Request::Search(req)).await
 }
@@ -391,6 +400,20 @@ async fn grep(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Respons
 
 async fn reindex(State(app): State<App>, a: Access_) -> ApiResult<Response> {
     answer(&app, a.0, StatusCode::OK, cairn::Request::Reindex(Default::default())).await
+}
+
+async fn model_status(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Response> {
+    let q = query_map(&uri, &["wait"])?;
+    let req = cairn::model::ModelStatusRequest { wait: flag(&q, "wait")?.unwrap_or(false) };
+    answer(&app, a.0, StatusCode::OK, cairn::Request::ModelStatus(req)).await
+}
+
+async fn model_install(
+    State(app): State<App>,
+    a: Access_,
+    body: axum::Json<cairn::model::ModelInstallRequest>,
+) -> ApiResult<Response> {
+    answer(&app, a.0, StatusCode::OK, cairn::Request::ModelInstall(body.0)).await
 }
 
 async fn verify(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Response> {

@@ -361,6 +361,33 @@ pub struct SearchRequest {
     /// Which documents.
     #[serde(default)]
     pub filter: Filter,
+    /// How hits are ranked: `keyword` (BM25), `semantic` (passage vectors) or `hybrid` (both
+    /// fused). Default: hybrid when an embedding model is installed, keyword otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<SearchMode>,
+}
+
+/// How search ranks its hits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum SearchMode {
+    /// BM25 over the full-text index.
+    Keyword,
+    /// Passage vectors of the embedding model.
+    Semantic,
+    /// BM25 and passage vectors fused.
+    Hybrid,
+}
+
+impl SearchMode {
+    /// The mode's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SearchMode::Keyword => "keyword",
+            SearchMode::Semantic => "semantic",
+            SearchMode::Hybrid => "hybrid",
+        }
+    }
 }
 
 fn ten() -> usize {
@@ -380,6 +407,7 @@ impl Default for SearchRequest {
             words: false,
             snippets: true,
             filter: Filter::default(),
+            mode: None,
         }
     }
 }
@@ -405,8 +433,14 @@ pub struct Snippet {
 pub struct Hit {
     /// Position in the whole ranking, from 1.
     pub rank: usize,
-    /// BM25 score.
+    /// The score hits are ranked by (BM25 in keyword mode, the vector score in semantic mode,
+    /// the fused score in hybrid mode).
     pub score: f32,
+    /// The BM25 score, when the document is among the BM25 hits.
+    pub bm25: Option<f32>,
+    /// The best passage's cosine similarity to the query, when the document is among the
+    /// vector hits.
+    pub vector: Option<f32>,
     /// Document id.
     pub id: u64,
     /// Path or name.
@@ -438,6 +472,8 @@ pub struct SearchResult {
     pub hits: Vec<Hit>,
     /// Parts of the query that did not parse and were searched leniently.
     pub warnings: Vec<String>,
+    /// How the hits were ranked.
+    pub mode: SearchMode,
     /// Time taken (milliseconds).
     pub took_ms: f64,
 }
@@ -515,6 +551,8 @@ pub struct ReindexResult {
     pub indexed: u64,
     /// Documents left out because their content cannot be read.
     pub skipped: Vec<Skipped>,
+    /// Documents queued to be embedded again (0 without an embedding model).
+    pub embeddings_queued: u64,
     /// Wall time.
     pub seconds: f64,
 }
@@ -943,12 +981,19 @@ impl Cairn {
     pub fn search(&self, req: SearchRequest) -> Result<SearchResult> {
         let t = std::time::Instant::now();
         let m = self.memory(false)?;
+        let mode = req.mode.unwrap_or(if m.has_model() { SearchMode::Hybrid } else { SearchMode::Keyword });
         let opts = cairn_docs::SearchOptions {
             limit: req.limit,
             offset: req.offset,
             filter: req.filter.library()?,
             mode: if req.words { QueryMode::Words } else { QueryMode::Syntax },
             snippets: req.snippets,
+            ranking: match mode {
+                SearchMode::Keyword => cairn_docs::Ranking::Keyword,
+                SearchMode::Semantic => cairn_docs::Ranking::Semantic,
+                SearchMode::Hybrid => cairn_docs::Ranking::Hybrid,
+            },
+            fusion: cairn_docs::Fusion::default(),
         };
         let r = m.search(&req.query, &opts)?;
         let hits = r
@@ -958,6 +1003,8 @@ impl Cairn {
             .map(|(i, h)| Hit {
                 rank: req.offset + i + 1,
                 score: h.score,
+                bm25: h.bm25,
+                vector: h.vector,
                 id: h.doc.id,
                 path: h.doc.path,
                 version: h.doc.version,
@@ -973,7 +1020,13 @@ impl Cairn {
                 }),
             })
             .collect();
-        Ok(SearchResult { total: r.total as u64, hits, warnings: r.warnings, took_ms: t.elapsed().as_secs_f64() * 1e3 })
+        Ok(SearchResult {
+            total: r.total as u64,
+            hits,
+            warnings: r.warnings,
+            mode,
+            took_ms: t.elapsed().as_secs_f64() * 1e3,
+        })
     }
 
     /// Greps stored content; `on_file` gets each document with matches, in path order.
@@ -1039,8 +1092,11 @@ impl Cairn {
     pub fn reindex(&self, call: &Call<'_>) -> Result<ReindexResult> {
         call.access.check_write("reindex")?;
         let t = std::time::Instant::now();
-        let (indexed, left_out) = self.memory(false)?.rebuild_index_report()?;
+        let m = self.memory(false)?;
+        let (indexed, left_out) = m.rebuild_index_report()?;
         let skipped = left_out.into_iter().map(|(path, error)| Skipped { path, error }).collect();
-        Ok(ReindexResult { indexed, skipped, seconds: t.elapsed().as_secs_f64() })
+        // The vectors are derived too: queue every document for the background thread.
+        let embeddings_queued = m.requeue_embeddings()?;
+        Ok(ReindexResult { indexed, skipped, embeddings_queued, seconds: t.elapsed().as_secs_f64() })
     }
 }

@@ -6,7 +6,7 @@
 //! | `packs/` | blob packs (and, with a backend, the cache of uploaded packs) |
 //! | `docs-index/` | the full-text index of the document memory (derived, rebuildable) |
 //! | `files/` | shared read-only copies that hard-link checkouts link to |
-//! | `models/` | embedding models, when installed |
+//! | `models/` | embedding models, when installed; `models/installed.json` names the one in use |
 //! | `cairn.toml` | configuration (see [`crate::config`]) |
 //! | `cairn.sock` | the daemon's Unix socket, while one serves the directory |
 //! | `serve.lock` | held by the daemon serving the directory |
@@ -53,6 +53,11 @@ impl Layout {
     /// Installed embedding models.
     pub fn models(&self) -> PathBuf {
         self.root.join("models")
+    }
+
+    /// The record of the installed embedding model.
+    pub fn installed_model(&self) -> PathBuf {
+        self.models().join("installed.json")
     }
 
     /// The configuration file.

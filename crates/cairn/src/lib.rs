@@ -23,6 +23,7 @@ pub mod docs;
 mod error;
 pub mod kv;
 pub mod layout;
+pub mod model;
 pub mod repair;
 mod request;
 pub mod tables;
@@ -273,6 +274,7 @@ impl Cairn {
                 )]);
             }
         }
+        self.attach_installed(&m)?;
         l.memory = Some(m.clone());
         Ok(m)
     }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Cairn, Call, Result, docs, kv, repair, tables, trees, verify};
+use crate::{Cairn, Call, Result, docs, kv, model, repair, tables, trees, verify};
 
 macro_rules! operations {
     ($( $(#[$doc:meta])* $variant:ident ( $req:ty ) => $res:ty, |$c:ident, $r:ident, $call:ident| $body:expr; )*) => {
@@ -98,6 +98,10 @@ operations! {
     Search(docs::SearchRequest) => docs::SearchResult, |c, r, _call| c.search(r)?;
     /// Regular-expression search.
     Grep(docs::GrepRequest) => docs::GrepResult, |c, r, _call| c.grep(r)?;
+    /// Install an embedding model.
+    ModelInstall(model::ModelInstallRequest) => model::ModelInstallResult, |c, r, call| c.model_install(r, call)?;
+    /// The installed embedding model and how far embedding is.
+    ModelStatus(model::ModelStatusRequest) => model::ModelStatusResult, |c, r, _call| c.model_status(r)?;
     /// Rebuild the full-text index.
     Reindex(Nothing) => docs::ReindexResult, |c, _r, call| c.reindex(call)?;
     /// Snapshot a directory.

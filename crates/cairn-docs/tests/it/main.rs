@@ -5,6 +5,7 @@ mod grep;
 mod layers;
 mod memory;
 mod search;
+mod semantic;
 
 use std::path::Path;
 

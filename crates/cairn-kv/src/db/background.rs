@@ -61,8 +61,9 @@ fn run_compaction(inner: &Arc<DbInner>, c: Compaction) -> Result<()> {
 }
 
 /// Adds `nice` to the calling thread's scheduling niceness (Linux: niceness is per thread, and
-/// threads it starts inherit it). Best effort: an error leaves the priority as it was.
-fn lower_priority(nice: i32) {
+/// threads it starts inherit it). Best effort: an error leaves the priority as it was. Other
+/// layers' background threads use it too (the document memory's embedding thread).
+pub fn lower_priority(nice: i32) {
     #[cfg(target_os = "linux")]
     if nice > 0 {
         // SAFETY: plain system calls on the calling thread; no memory is passed.
