@@ -462,3 +462,35 @@ fn file_names_that_are_not_utf8_stay_distinct() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(fs::read_to_string(&e9).unwrap(), "latin-1 e acute");
 }
+
+/// Numbers are stored as given: a record's floats come back bit for bit (a JSON parser that
+/// rounds the last digit would change what the user stored without a word).
+#[test]
+fn table_floats_come_back_bit_for_bit() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("data");
+    ok(&d, &["table", "create", "nums"]);
+    // Values with 16-17 significant digits: f32 values widened to f64 (as scores are) and
+    // arbitrary f64 bit patterns.
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut values = Vec::new();
+    for i in 0..2000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let v = if i % 2 == 0 {
+            f64::from(f32::from_bits(0x3f00_0000 | (x as u32 & 0x007f_ffff)))
+        } else {
+            f64::from_bits(0x3fe0_0000_0000_0000 | (x & 0x000f_ffff_ffff_ffff))
+        };
+        values.push(v);
+    }
+    let record = serde_json::json!({ "id": 1, "v": values });
+    ok(&d, &["table", "put", "nums", &record.to_string()]);
+    let out: serde_json::Value = serde_json::from_str(&ok(&d, &["--json", "table", "get", "nums", "1"])).unwrap();
+    let got = out.pointer("/data/v").expect("the record's array").clone();
+    let got: Vec<u64> = got.as_array().unwrap().iter().map(|n| n.as_f64().unwrap().to_bits()).collect();
+    let want: Vec<u64> = values.iter().map(|v| v.to_bits()).collect();
+    let changed = got.iter().zip(&want).filter(|(a, b)| a != b).count();
+    assert_eq!(changed, 0, "{changed} of {} floats changed", want.len());
+}
