@@ -1090,7 +1090,7 @@ impl Batch<'_> {
     /// yet. Returns the raw length of a chunk newly stored, `None` for one stored already.
     fn add_chunk_ref(&mut self, id: Id, make: impl FnOnce() -> Vec<u8>) -> Result<Option<u64>> {
         if let Some(mut row) = self.chunk_row(&id)? {
-            if row.pack != PENDING && self.inner.is_suspect_chunk(&id, &row) {
+            if self.is_stored_suspect(&id, &row) {
                 // Known damaged or missing: store this copy instead of sharing that one.
                 let raw = make();
                 if self.inner.meta.hash.hash(&raw) == id {
@@ -1144,6 +1144,11 @@ impl Batch<'_> {
         Ok(())
     }
 
+    /// Whether chunk `id`, stored at `row` before this batch, is known damaged or missing.
+    fn is_stored_suspect(&self, id: &Id, row: &ChunkRow) -> bool {
+        row.pack != PENDING && self.inner.is_suspect_chunk(id, row)
+    }
+
     /// Stores `raw` again for chunk `id` (now at `row`, suspect), with `more` references added:
     /// its old copy becomes dead bytes of its pack, the new one is written with the batch.
     fn restore_chunk(&mut self, id: Id, row: ChunkRow, raw: Vec<u8>, more: u64) -> Result<()> {
@@ -1170,8 +1175,7 @@ impl Batch<'_> {
         let mut n = 0;
         for (cid, raw) in p.chunks {
             if let (Some(raw), Some(row)) = (raw, self.chunk_row(&cid)?)
-                && row.pack != PENDING
-                && self.inner.is_suspect_chunk(&cid, &row)
+                && self.is_stored_suspect(&cid, &row)
             {
                 self.restore_chunk(cid, row, raw, 0)?;
                 n += 1;
@@ -1188,8 +1192,7 @@ impl Batch<'_> {
             let chunk = &data[off..off + len];
             let cid = m.hash.hash(chunk);
             if let Some(row) = self.chunk_row(&cid)?
-                && row.pack != PENDING
-                && self.inner.is_suspect_chunk(&cid, &row)
+                && self.is_stored_suspect(&cid, &row)
             {
                 self.restore_chunk(cid, row, chunk.to_vec(), 0)?;
                 n += 1;

@@ -184,6 +184,15 @@ pub(crate) const FLUSH_BYTES: usize = 16 << 20;
 /// The age of the oldest change in the active layer at which a flush is due.
 pub(crate) const FLUSH_AGE: std::time::Duration = std::time::Duration::from_millis(1000);
 
+/// Writes change `c` through `w`: the document's old entry removed, its new one (if any) added.
+fn put(w: &IndexWriter, f: &Fields, c: &Change) -> Result<()> {
+    w.delete_term(Term::from_field_u64(f.id, c.id));
+    if let Some(d) = entry(f, c) {
+        w.add_document(d)?;
+    }
+    Ok(())
+}
+
 fn entry(f: &Fields, c: &Change) -> Option<TantivyDocument> {
     let (path, title, body) = c.text.as_ref()?;
     let mut d = TantivyDocument::new();
@@ -263,10 +272,7 @@ impl SearchIndex {
         let a = l.active.as_mut().ok_or_else(|| Error::InvalidArgument("no active layer".into()))?;
         let touched = Arc::make_mut(&mut a.touched);
         for c in &changes {
-            a.writer.delete_term(Term::from_field_u64(self.f.id, c.id));
-            if let Some(d) = entry(&self.f, c) {
-                a.writer.add_document(d)?;
-            }
+            put(&a.writer, &self.f, c)?;
             touched.insert(c.id);
             a.bytes += c.bytes();
         }
@@ -311,10 +317,7 @@ impl SearchIndex {
             let mut w = self.writer.lock();
             let wrote = (|| {
                 for c in &frozen.changes {
-                    w.delete_term(Term::from_field_u64(self.f.id, c.id));
-                    if let Some(d) = entry(&self.f, c) {
-                        w.add_document(d)?;
-                    }
+                    put(&w, &self.f, c)?;
                 }
                 w.commit()?;
                 Ok::<_, Error>(())
@@ -346,21 +349,15 @@ impl SearchIndex {
         View { disk: self.reader.searcher(), layers }
     }
 
-    /// Replaces the entry of `id` in the disk index directly (bulk work: the layers must be
-    /// flushed first, and [`SearchIndex::commit`] called after): removes it, then adds the new
-    /// text if any.
-    pub fn replace(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Result<()> {
-        self.writer.lock().delete_term(Term::from_field_u64(self.f.id, id));
-        self.insert(id, path, text)
+    /// Writes `c` to the disk index directly (bulk work: the layers must be flushed first,
+    /// and [`SearchIndex::commit`] called after).
+    pub fn write_direct(&self, c: &Change) -> Result<()> {
+        put(&self.writer.lock(), &self.f, c)
     }
 
-    /// Adds the entry of an `id` the index has never held, in the disk index directly (as
-    /// [`SearchIndex::replace`]).
-    pub fn insert(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Result<()> {
-        if let Some(d) = entry(&self.f, &Change::new(id, path, text)) {
-            self.writer.lock().add_document(d)?;
-        }
-        Ok(())
+    /// [`SearchIndex::write_direct`] of the entry of `id` becoming `text` (none: no entry).
+    pub fn replace(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Result<()> {
+        self.write_direct(&Change::new(id, path, text))
     }
 
     /// Makes the changes written to the disk index directly durable and visible to searches.

@@ -518,9 +518,7 @@ impl Memory {
         }
         self.flush_index()?;
         for c in &changes {
-            let text = c.text.as_ref().map(|(_, t, b)| (t.as_deref(), b.as_str()));
-            let path = c.text.as_ref().map_or("", |t| t.0.as_str());
-            self.inner.index.replace(c.id, path, text)?;
+            self.inner.index.write_direct(c)?;
         }
         w.uncommitted.extend(seqs);
         self.commit_locked(w)

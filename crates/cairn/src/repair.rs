@@ -10,11 +10,9 @@
 //! rows of the documents; the full-text index; every table's indexes; changed shared checkout
 //! copies. Then a verify says what remains.
 
-use std::collections::HashMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use cairn_cas::Id;
 use serde::{Deserialize, Serialize};
 
 use crate::verify::{Problem, VerifyRequest};
@@ -105,13 +103,7 @@ impl Cairn {
         }
 
         // Reference counts: what the layers hold.
-        let mut held: HashMap<Id, u64> = HashMap::new();
-        for (id, _, _) in memory.blob_users()? {
-            *held.entry(id).or_default() += 1;
-        }
-        for id in trees.owned_blobs()? {
-            *held.entry(id).or_default() += 1;
-        }
+        let held = crate::verify::held_references(&memory.blob_users()?, &trees)?;
         let fix = store.fix_refcounts(&held)?;
         if fix.blobs_fixed + fix.chunks_fixed > 0 {
             r.did(format!(

@@ -207,14 +207,7 @@ impl Cairn {
         // Every blob counts exactly the references the layers hold: one per document version,
         // one per blob the tree layer owns.
         let users = memory.blob_users()?;
-        let mut held: HashMap<Id, u64> = HashMap::new();
-        for (id, _, _) in &users {
-            *held.entry(*id).or_default() += 1;
-        }
-        for id in trees.owned_blobs()? {
-            *held.entry(id).or_default() += 1;
-        }
-        for (id, n) in &held {
+        for (id, n) in &held_references(&users, &trees)? {
             match store.blob_info(id)? {
                 Some(b) if b.refs != *n => r.problem(
                     "blobs",
@@ -260,6 +253,19 @@ impl Cairn {
         r.ok = r.problems.is_empty();
         Ok(r)
     }
+}
+
+/// The references the layers hold on each blob: one per document version (`users`, from
+/// [`cairn_docs::Memory::blob_users`]), one per blob the tree layer owns.
+pub(crate) fn held_references(users: &[(Id, String, u32)], trees: &cairn_tree::Trees) -> Result<HashMap<Id, u64>> {
+    let mut held: HashMap<Id, u64> = HashMap::new();
+    for (id, _, _) in users {
+        *held.entry(*id).or_default() += 1;
+    }
+    for id in trees.owned_blobs()? {
+        *held.entry(id).or_default() += 1;
+    }
+    Ok(held)
 }
 
 /// What a damaged range of engine rows holds, by keyspace (`first` to `last`, inclusive).
