@@ -1,5 +1,7 @@
 //! End-to-end tests of the `cairn` binary.
 
+mod common;
+
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -300,39 +302,14 @@ fn kv_get_writes_the_value_unchanged() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path().join("data");
     let value: Vec<u8> = (0..=255u8).collect();
-    let (code, _, err) = common_stdin(&d, &["kv", "put", "bin", "-"], &value);
-    assert_eq!(code, Some(0), "{err}");
+    let (code, _, err) = common::run_in(None, &d, &["kv", "put", "bin", "-"], Some(&value));
+    assert_eq!(code, 0, "{err}");
     let out =
         Command::new(env!("CARGO_BIN_EXE_cairn")).arg("--dir").arg(&d).args(["kv", "get", "bin"]).output().unwrap();
     assert_eq!(out.stdout, value, "piped: the bytes, no newline added");
     let json: serde_json::Value = serde_json::from_str(&ok(&d, &["kv", "get", "bin", "--json"])).unwrap();
     let b64 = json["value"]["base64"].as_str().unwrap();
     assert_eq!(cairn::text::from_base64(b64, "v").unwrap(), value);
-}
-
-fn common_stdin(data: &Path, args: &[&str], input: &[u8]) -> (Option<i32>, String, String) {
-    use std::io::Write;
-    use std::process::Stdio;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-        .arg("--dir")
-        .arg(data)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // A command that refuses its arguments may exit before reading stdin (see `run_in`).
-    match child.stdin.take().unwrap().write_all(input) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-        r => r.unwrap(),
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]
@@ -373,53 +350,28 @@ fn names_stay_apart_from_files_and_never_escape() {
     let notes = t.path().join("notes");
     fs::create_dir_all(&notes).unwrap();
     fs::write(notes.join("plan.md"), "the file's plan").unwrap();
-    let run_in = |args: &[&str], stdin: Option<&[u8]>| {
-        use std::io::Write;
-        use std::process::Stdio;
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cairn"))
-            .current_dir(t.path())
-            .arg("--dir")
-            .arg(&d)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        // A command that refuses its arguments exits before reading stdin; the write then
-        // fails with a broken pipe, which is not what this test judges (the exit code is).
-        match child.stdin.take().unwrap().write_all(stdin.unwrap_or_default()) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {}
-            r => r.unwrap(),
-        }
-        let out = child.wait_with_output().unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    };
+    let run_in = |args: &[&str], stdin: Option<&[u8]>| common::run_in(Some(t.path()), &d, args, stdin);
     run_in(&["add", "notes/plan.md"], None);
     // A name equal to the file's relative path does not win over the file: both exist, and a
     // bare argument naming both is refused as ambiguous.
     let (code, _, err) = run_in(&["add", "-", "--name", "notes/plan.md"], Some(b"the agent's plan"));
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, 0, "{err}");
     let (code, _, err) = run_in(&["cat", "notes/plan.md"], None);
-    assert!(code == Some(4) && err.contains("ambiguous"), "{code:?} {err}");
+    assert!(code == 4 && err.contains("ambiguous"), "{code:?} {err}");
     assert_eq!(run_in(&["cat", "./notes/plan.md"], None).1, "the file's plan");
     assert_eq!(run_in(&["cat", "name:notes/plan.md"], None).1, "the agent's plan");
     // Names that would escape the working tree are refused.
     for bad in ["../../etc/evil", "/home/u/plan.md", "a/../b", "x\ny"] {
         let (code, _, err) = run_in(&["add", "-", "--name", bad], Some(b"x"));
-        assert_eq!(code, Some(2), "{bad}: {err}");
+        assert_eq!(code, 2, "{bad}: {err}");
     }
     // A named document restores under the working directory; a file document to its file.
     fs::remove_file(notes.join("plan.md")).unwrap();
     let (code, _, err) = run_in(&["restore", "name:notes/plan.md", "--to", "restored.md"], None);
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, 0, "{err}");
     assert_eq!(fs::read_to_string(t.path().join("restored.md")).unwrap(), "the agent's plan");
     let (code, _, err) = run_in(&["restore", "./notes/plan.md"], None);
-    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(code, 0, "{err}");
     assert_eq!(fs::read_to_string(notes.join("plan.md")).unwrap(), "the file's plan");
 }
 
