@@ -3,20 +3,21 @@
 //! blob store.
 //!
 //! Requests never wait for a commit of the index on disk
-//! ([design](../../../docs/design/2026-12-07-index-layers.md)). A change goes into the *active*
-//! layer, a small tantivy index in memory that is committed (in memory) before the request
-//! returns, so it is searchable at once. A flush (a background thread, or [`SearchIndex::flush`])
-//! freezes the active layer, writes its changes to the disk index, commits that, and drops the
-//! frozen layer. A search sees the disk index, the frozen layer and the active layer as of one
-//! moment; an entry of an older layer is hidden when a newer layer changed its document, and BM25
+//! ([design](../../../docs/design/2026-12-07-index-layers.md)). A write's changes become one
+//! *part* of the *active* layer: a one-segment tantivy index in memory, built before the request
+//! returns, so they are searchable at once. A flush (a background thread, or
+//! [`SearchIndex::flush`]) freezes the active layer, writes its changes to the disk index, commits
+//! that, and drops the frozen layer. A search sees the disk index, the frozen layer's parts and
+//! the active layer's as of one moment; an entry of an older part or layer is hidden when a newer
+//! one changed its document, and BM25
 //! statistics are summed over the layers, so scores are those of one index holding it all.
 //! Durability comes from the engine: the `docs/q/` queue rows written with each change name the
 //! documents whose entries must be redone after a crash (see `Memory::open`); they are deleted
 //! once a flush has the entries on disk.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use parking_lot::Mutex;
@@ -26,9 +27,12 @@ use tantivy::query::Bm25StatisticsProvider;
 use tantivy::query::{BooleanQuery, Occur, Query, QueryParser, TermQuery};
 use tantivy::schema::{FAST, Field, INDEXED, IndexRecordOption, Schema, TextFieldIndexing, TextOptions};
 use tantivy::snippet::SnippetGenerator;
-use tantivy::{DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, TantivyDocument, Term};
+use tantivy::{
+    DocAddress, Index, IndexReader, IndexWriter, ReloadPolicy, Searcher, SegmentReader, SingleSegmentIndexWriter,
+    TantivyDocument, Term,
+};
 
-use crate::tokenizer::{ANALYZER, analyzer};
+use crate::tokenizer::{ANALYZER, analyzer, indexing_analyzer};
 use crate::{Error, Result};
 
 #[derive(Clone, Copy)]
@@ -98,11 +102,21 @@ impl Change {
     }
 }
 
-/// The in-memory layer changes go to first.
+/// One write's changes, indexed in memory: a one-segment tantivy index built for them alone
+/// (much cheaper than a commit of a shared in-memory writer, which makes a segment with a large
+/// fresh arena each time; see the design record).
+struct Part {
+    /// None when the write only removed entries.
+    searcher: Option<Searcher>,
+    /// Documents whose entries this part changed (hidden in older parts and layers).
+    touched: Arc<HashSet<u64>>,
+}
+
+/// The in-memory layer changes go to first: the parts of the writes since the last flush.
+#[derive(Default)]
 struct Active {
-    writer: IndexWriter,
-    reader: IndexReader,
-    /// Documents whose entries this layer changed (hidden in older layers).
+    parts: Vec<Arc<Part>>,
+    /// Every document the parts changed (hidden in the frozen layer and on disk).
     touched: Arc<HashSet<u64>>,
     /// The changes, in order, to write to the disk index.
     changes: Vec<Change>,
@@ -115,7 +129,7 @@ struct Active {
 
 /// A layer being written to disk: searched until the disk index has it.
 struct Frozen {
-    reader: IndexReader,
+    parts: Vec<Arc<Part>>,
     touched: Arc<HashSet<u64>>,
     changes: Vec<Change>,
     seqs: Vec<u64>,
@@ -127,44 +141,101 @@ struct Layers {
     frozen: Option<Arc<Frozen>>,
 }
 
-/// The layers a search sees, taken at one moment (oldest first: disk, frozen, active).
+/// The layers a search sees, taken at one moment: the disk index, then the frozen layer's
+/// parts, then the active layer's, oldest first.
 pub(crate) struct View {
     disk: Searcher,
-    layers: Vec<(Searcher, Arc<HashSet<u64>>)>,
+    /// The frozen parts, then the active ones.
+    parts: Vec<Arc<Part>>,
+    /// How many of `parts` are frozen.
+    frozen: usize,
+    /// The documents the frozen and the active layer changed.
+    frozen_touched: Arc<HashSet<u64>>,
+    active_touched: Arc<HashSet<u64>>,
 }
 
 impl View {
-    fn searchers(&self) -> impl Iterator<Item = &Searcher> {
-        std::iter::once(&self.disk).chain(self.layers.iter().map(|(s, _)| s))
+    /// The sets of documents whose entries in searcher `i` (0: the disk, then part `i - 1`)
+    /// a newer part or layer replaced.
+    fn newer(&self, i: usize) -> Vec<Arc<HashSet<u64>>> {
+        let sets: Vec<Arc<HashSet<u64>>> = if i == 0 {
+            vec![self.frozen_touched.clone(), self.active_touched.clone()]
+        } else if i <= self.frozen {
+            let mut v: Vec<_> = self.parts[i..self.frozen].iter().map(|p| p.touched.clone()).collect();
+            v.push(self.active_touched.clone());
+            v
+        } else {
+            self.parts[i..].iter().map(|p| p.touched.clone()).collect()
+        };
+        sets.into_iter().filter(|t| !t.is_empty()).collect()
     }
 }
 
-/// BM25 statistics summed over a view's layers: what one index holding them all would count
-/// (entries a newer layer replaced still count, as deleted entries of one index do until merged).
-struct Summed<'a>(&'a View);
+/// BM25 statistics summed over a view's layers: what the index would count had every write been
+/// its own commit. As in one index, an entry a newer part or layer replaced still counts (a
+/// deleted entry counts until a merge), except where every entry of a segment or part is
+/// replaced: tantivy drops a segment with no live entry at the commit that empties it, so such a
+/// segment counts for nothing. Each figure is summed once per search and remembered: tantivy
+/// asks for them again for every searcher, and a view may have several parts.
+struct Summed<'a> {
+    /// The segments that count.
+    segments: Vec<&'a SegmentReader>,
+    docs: OnceLock<u64>,
+    tokens: Mutex<HashMap<Field, u64>>,
+    freqs: Mutex<HashMap<Term, u64>>,
+}
+
+impl<'a> Summed<'a> {
+    fn new(view: &'a View) -> Result<Summed<'a>> {
+        let mut segments = Vec::new();
+        let searchers = std::iter::once(Some(&view.disk)).chain(view.parts.iter().map(|p| p.searcher.as_ref()));
+        for (i, searcher) in searchers.enumerate() {
+            let Some(searcher) = searcher else { continue };
+            let newer = view.newer(i);
+            let replaced: usize = newer.iter().map(|t| t.len()).sum();
+            for seg in searcher.segment_readers() {
+                let live = seg.num_docs() as usize;
+                // Only a segment with no more live entries than the newer layers changed can
+                // have all of them replaced.
+                let counts = live > replaced || {
+                    let ids = seg.fast_fields().u64("id")?;
+                    seg.doc_ids_alive().any(|d| ids.first(d).is_none_or(|id| !newer.iter().any(|t| t.contains(&id))))
+                };
+                if counts {
+                    segments.push(seg);
+                }
+            }
+        }
+        Ok(Summed { segments, docs: OnceLock::new(), tokens: Mutex::default(), freqs: Mutex::default() })
+    }
+}
 
 impl Bm25StatisticsProvider for Summed<'_> {
     fn total_num_tokens(&self, field: Field) -> tantivy::Result<u64> {
-        let mut n = 0;
-        for s in self.0.searchers() {
-            n += s.total_num_tokens(field)?;
+        if let Some(n) = self.tokens.lock().get(&field) {
+            return Ok(*n);
         }
+        let mut n = 0;
+        for seg in &self.segments {
+            n += seg.inverted_index(field)?.total_num_tokens();
+        }
+        self.tokens.lock().insert(field, n);
         Ok(n)
     }
 
     fn total_num_docs(&self) -> tantivy::Result<u64> {
-        let mut n = 0;
-        for s in self.0.searchers() {
-            n += Bm25StatisticsProvider::total_num_docs(s)?;
-        }
-        Ok(n)
+        Ok(*self.docs.get_or_init(|| self.segments.iter().map(|s| u64::from(s.max_doc())).sum()))
     }
 
     fn doc_freq(&self, term: &Term) -> tantivy::Result<u64> {
-        let mut n = 0;
-        for s in self.0.searchers() {
-            n += s.doc_freq(term)?;
+        if let Some(n) = self.freqs.lock().get(term) {
+            return Ok(*n);
         }
+        let mut n = 0;
+        for seg in &self.segments {
+            n += u64::from(seg.inverted_index(term.field())?.doc_freq(term)?);
+        }
+        self.freqs.lock().insert(term.clone(), n);
         Ok(n)
     }
 }
@@ -183,6 +254,10 @@ pub(crate) struct SearchIndex {
 pub(crate) const FLUSH_BYTES: usize = 16 << 20;
 /// The age of the oldest change in the active layer at which a flush is due.
 pub(crate) const FLUSH_AGE: std::time::Duration = std::time::Duration::from_millis(1000);
+/// Parts in the active layer at which a flush is due (each search visits every part).
+pub(crate) const FLUSH_PARTS: usize = 8;
+/// The memory budget a part's writer starts from.
+const PART_BUDGET: usize = 1 << 20;
 
 /// Writes change `c` through `w`: the document's old entry removed, its new one (if any) added.
 fn put(w: &IndexWriter, f: &Fields, c: &Change) -> Result<()> {
@@ -228,7 +303,7 @@ impl SearchIndex {
         let existed = Index::exists(&mmap).map_err(|e| Error::Index(e.into()))?;
         let (schema, f) = schema();
         let index = Index::open_or_create(mmap, schema)?;
-        index.tokenizers().register(ANALYZER, analyzer());
+        index.tokenizers().register(ANALYZER, indexing_analyzer());
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
         let writer = index.writer_with_num_threads(threads, (threads * 48) << 20)?;
         let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
@@ -243,20 +318,30 @@ impl SearchIndex {
         Ok((ix, !existed))
     }
 
-    fn new_active(&self) -> Result<Active> {
-        let index = Index::create_in_ram(self.index.schema());
-        index.tokenizers().register(ANALYZER, analyzer());
-        let writer = index.writer_with_num_threads(1, 15 << 20)?;
-        let reader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
-        Ok(Active {
-            writer,
-            reader,
-            touched: Arc::default(),
-            changes: Vec::new(),
-            bytes: 0,
-            since: None,
-            seqs: Vec::new(),
-        })
+    /// Indexes `changes` (in order: the last change of a document wins) as one part.
+    fn part(&self, changes: &[Change]) -> Result<Part> {
+        let mut touched = HashSet::with_capacity(changes.len());
+        let mut entries = Vec::new();
+        for c in changes.iter().rev() {
+            if touched.insert(c.id) {
+                entries.extend(entry(&self.f, c));
+            }
+        }
+        let searcher = if entries.is_empty() {
+            None
+        } else {
+            let index = Index::create_in_ram(self.index.schema());
+            index.tokenizers().register(ANALYZER, analyzer());
+            // The budget only sizes the first hash table; it grows with the part.
+            let mut w: SingleSegmentIndexWriter = SingleSegmentIndexWriter::new(index, PART_BUDGET)?;
+            for d in entries.into_iter().rev() {
+                w.add_document(d)?;
+            }
+            let index = w.finalize()?;
+            let reader: IndexReader = index.reader_builder().reload_policy(ReloadPolicy::Manual).try_into()?;
+            Some(reader.searcher())
+        };
+        Ok(Part { searcher, touched: Arc::new(touched) })
     }
 
     /// Applies `changes` to the active layer and makes them searchable before returning; `seqs`
@@ -265,34 +350,45 @@ impl SearchIndex {
         if changes.is_empty() && seqs.is_empty() {
             return Ok(());
         }
+        // Built outside the lock: searches and the flusher go on meanwhile. Callers apply one
+        // write at a time (the memory's write lock), so parts are added in write order.
+        let part = Arc::new(self.part(&changes)?);
         let mut l = self.layers.lock();
-        if l.active.is_none() {
-            l.active = Some(self.new_active()?);
-        }
-        let a = l.active.as_mut().ok_or_else(|| Error::InvalidArgument("no active layer".into()))?;
-        let touched = Arc::make_mut(&mut a.touched);
-        for c in &changes {
-            put(&a.writer, &self.f, c)?;
-            touched.insert(c.id);
-            a.bytes += c.bytes();
-        }
-        a.writer.commit()?;
-        a.reader.reload()?;
+        let a = l.active.get_or_insert_with(Active::default);
+        Arc::make_mut(&mut a.touched).extend(part.touched.iter().copied());
+        a.parts.push(part);
+        a.bytes += changes.iter().map(Change::bytes).sum::<usize>();
         a.changes.extend(changes);
         a.seqs.extend(seqs);
         a.since.get_or_insert_with(Instant::now);
         Ok(())
     }
 
-    /// Whether the active layer has grown well past the flush size (the flusher is behind).
-    pub fn flush_overdue(&self) -> bool {
-        self.layers.lock().active.as_ref().is_some_and(|a| a.bytes >= 4 * FLUSH_BYTES)
+    /// Whether one of `changes` replaces an entry of the active layer. Such a change is applied
+    /// after a flush: a flush writes the active layer in one commit, where an entry replaced in
+    /// the same commit no longer counts in BM25 statistics, whereas in memory and in
+    /// separate commits it counts until a merge. Flushing first keeps scores the same before
+    /// and after the flush, and the same as those of one commit per write.
+    pub fn replaces_active(&self, changes: &[Change]) -> bool {
+        let l = self.layers.lock();
+        l.active.as_ref().is_some_and(|a| changes.iter().any(|c| a.touched.contains(&c.id)))
     }
 
-    /// Whether the active layer is due to be flushed (by size or by age).
+    /// Whether the active layer has grown well past the flush size (the flusher is behind).
+    pub fn flush_overdue(&self) -> bool {
+        self.layers
+            .lock()
+            .active
+            .as_ref()
+            .is_some_and(|a| a.bytes >= 4 * FLUSH_BYTES || a.parts.len() >= 4 * FLUSH_PARTS)
+    }
+
+    /// Whether the active layer is due to be flushed (by size, parts or age).
     pub fn flush_due(&self) -> bool {
         let l = self.layers.lock();
-        l.active.as_ref().is_some_and(|a| a.bytes >= FLUSH_BYTES || a.since.is_some_and(|t| t.elapsed() >= FLUSH_AGE))
+        l.active.as_ref().is_some_and(|a| {
+            a.bytes >= FLUSH_BYTES || a.parts.len() >= FLUSH_PARTS || a.since.is_some_and(|t| t.elapsed() >= FLUSH_AGE)
+        })
     }
 
     /// Writes every change of the layers to the disk index and commits it; returns the queue
@@ -306,7 +402,7 @@ impl SearchIndex {
                 // An earlier flush failed: write that layer first.
                 f
             } else if let Some(a) = l.active.take() {
-                let f = Arc::new(Frozen { reader: a.reader, touched: a.touched, changes: a.changes, seqs: a.seqs });
+                let f = Arc::new(Frozen { parts: a.parts, touched: a.touched, changes: a.changes, seqs: a.seqs });
                 l.frozen = Some(f.clone());
                 f
             } else {
@@ -339,14 +435,19 @@ impl SearchIndex {
     /// The layers to search, as of now.
     pub fn view(&self) -> View {
         let l = self.layers.lock();
-        let mut layers = Vec::with_capacity(2);
+        let mut parts = Vec::new();
+        let mut frozen_touched = Arc::default();
+        let mut active_touched = Arc::default();
         if let Some(f) = &l.frozen {
-            layers.push((f.reader.searcher(), f.touched.clone()));
+            parts.extend(f.parts.iter().cloned());
+            frozen_touched = f.touched.clone();
         }
+        let frozen = parts.len();
         if let Some(a) = &l.active {
-            layers.push((a.reader.searcher(), a.touched.clone()));
+            parts.extend(a.parts.iter().cloned());
+            active_touched = a.touched.clone();
         }
-        View { disk: self.reader.searcher(), layers }
+        View { disk: self.reader.searcher(), parts, frozen, frozen_touched, active_touched }
     }
 
     /// Writes `c` to the disk index directly (bulk work: the layers must be flushed first,
@@ -427,15 +528,15 @@ impl SearchIndex {
         offset: usize,
         allowed: Option<Arc<HashSet<u64>>>,
     ) -> Result<(Vec<(f32, u64)>, usize)> {
-        let stats = Summed(view);
+        let stats = Summed::new(view)?;
         let want = (offset + limit).max(1);
         let mut all: Vec<(f32, u64)> = Vec::new();
         let mut total = 0usize;
-        let searchers: Vec<&Searcher> = view.searchers().collect();
-        for (i, searcher) in searchers.iter().enumerate() {
-            // Entries of documents a newer layer changed are that layer's to show.
-            let newer: Vec<Arc<HashSet<u64>>> =
-                view.layers.iter().skip(i).map(|(_, t)| t.clone()).filter(|t| !t.is_empty()).collect();
+        let searchers = std::iter::once(Some(&view.disk)).chain(view.parts.iter().map(|p| p.searcher.as_ref()));
+        for (i, searcher) in searchers.enumerate() {
+            let Some(searcher) = searcher else { continue };
+            // Entries of documents a newer part or layer changed are that one's to show.
+            let newer = view.newer(i);
             let allowed = allowed.clone();
             let top = TopDocs::with_limit(want);
             let (count, hits): (usize, Vec<(f32, DocAddress)>) = if newer.is_empty() && allowed.is_none() {
@@ -468,7 +569,7 @@ impl SearchIndex {
                 terms.insert(term.clone());
             }
         });
-        let stats = Summed(view);
+        let stats = Summed::new(view)?;
         let mut weights = std::collections::BTreeMap::new();
         for term in terms {
             let Some(text) = term.value().as_str().map(str::to_string) else { continue };
@@ -477,7 +578,6 @@ impl SearchIndex {
                 weights.insert(text, 1.0 / (1.0 + df as f32));
             }
         }
-        let tokenizer = self.index.tokenizer_for_field(self.f.body)?;
-        Ok(SnippetGenerator::new(weights, tokenizer, self.f.body, 240))
+        Ok(SnippetGenerator::new(weights, analyzer(), self.f.body, 240))
     }
 }

@@ -507,6 +507,14 @@ impl Memory {
     fn index_changes(&self, w: &mut WriteState, changes: Vec<index::Change>, seqs: Vec<u64>) -> Result<()> {
         let bytes: usize = changes.iter().map(|c| c.text.as_ref().map_or(0, |t| t.2.len())).sum();
         if changes.len() < BULK_CHANGES && bytes < BULK_BYTES {
+            // A second change of a document in the active layer goes to a layer of its own (at
+            // most two flushes: one may be writing the frozen layer). The write itself is done:
+            // a failed flush only leaves scores counting the replaced entry differently.
+            for _ in 0..2 {
+                if !self.inner.index.replaces_active(&changes) || self.flush_index().is_err() {
+                    break;
+                }
+            }
             self.inner.index.apply(changes, seqs)?;
             if self.inner.index.flush_overdue() {
                 // The flusher is behind: this writer waits for it, so memory stays bounded. The

@@ -3,10 +3,14 @@
 //! at consecutive positions starting at the whole word's position, so `parse_query` matches the
 //! query `parse_query`, `parse`, `query` and the phrase `"parse query"`. Tokens longer than
 //! [`MAX_WORD`] bytes are dropped; the rest are lowercased and stemmed (English, Porter2) in the
-//! same pass, with a per-analyzer cache of stems (source code repeats its words a lot, and
-//! stemming was the largest cost of indexing).
+//! same pass, with a cache of stems shared by the process (source code repeats its words a lot,
+//! and stemming was the largest cost of indexing and of snippets); an indexing analyzer has a
+//! cache of its own in front of it.
 
-use std::sync::Arc;
+use std::hash::BuildHasher;
+use std::sync::{Arc, OnceLock};
+
+use parking_lot::RwLock;
 
 use rust_stemmers::{Algorithm, Stemmer};
 use rustc_hash::FxHashMap;
@@ -21,9 +25,16 @@ pub const MAX_WORD: usize = 64;
 /// Stems cached per analyzer before the cache is emptied.
 const STEM_CACHE: usize = 100_000;
 
-/// The analyzer used for every text field.
+/// The analyzer of every text field, for queries, snippets and small indexes: stems come from
+/// the process's shared cache.
 pub fn analyzer() -> TextAnalyzer {
     TextAnalyzer::from(CodeTokenizer::default())
+}
+
+/// [`analyzer`] with a cache of its own in front of the shared one, for indexing many documents
+/// with one analyzer (no lock per word).
+pub fn indexing_analyzer() -> TextAnalyzer {
+    TextAnalyzer::from(CodeTokenizer { stems: Some(FxHashMap::default()), ..CodeTokenizer::default() })
 }
 
 /// Splits, lowercases and stems text (see the module docs).
@@ -32,7 +43,8 @@ pub struct CodeTokenizer {
     tokens: Vec<Token>,
     len: usize,
     stemmer: Arc<Stemmer>,
-    stems: FxHashMap<String, String>,
+    /// The analyzer's own cache (none: the shared one only).
+    stems: Option<FxHashMap<String, String>>,
     lower: String,
 }
 
@@ -42,7 +54,7 @@ impl Default for CodeTokenizer {
             tokens: Vec::new(),
             len: 0,
             stemmer: Arc::new(Stemmer::create(Algorithm::English)),
-            stems: FxHashMap::default(),
+            stems: None,
             lower: String::new(),
         }
     }
@@ -82,26 +94,58 @@ impl CodeTokenizer {
         } else {
             self.lower.extend(word.chars().flat_map(char::to_lowercase));
         }
-        if !self.stems.contains_key(&self.lower) {
-            if self.stems.len() >= STEM_CACHE {
-                self.stems.clear();
-            }
-            let stem = self.stemmer.stem(&self.lower).into_owned();
-            self.stems.insert(self.lower.clone(), stem);
-        }
-        let stem = &self.stems[&self.lower];
         if self.len == self.tokens.len() {
             self.tokens.push(Token::default());
         }
         let slot = &mut self.tokens[self.len];
         slot.text.clear();
-        slot.text.push_str(stem);
+        match &mut self.stems {
+            Some(stems) => {
+                if !stems.contains_key(&self.lower) {
+                    if stems.len() >= STEM_CACHE {
+                        stems.clear();
+                    }
+                    let mut stem = String::new();
+                    shared_stem(&self.stemmer, &self.lower, &mut stem);
+                    stems.insert(self.lower.clone(), stem);
+                }
+                slot.text.push_str(&stems[&self.lower]);
+            }
+            None => shared_stem(&self.stemmer, &self.lower, &mut slot.text),
+        }
         slot.offset_from = from;
         slot.offset_to = to;
         slot.position = position;
         slot.position_length = 1;
         self.len += 1;
     }
+}
+
+/// Shards of the stems shared by every analyzer of the process, behind each analyzer's own
+/// cache: an analyzer is cloned for every search, snippet and in-memory index part, and a fresh
+/// clone would otherwise stem every word again (the largest cost of a search with snippets).
+const SHARDS: usize = 16;
+
+fn shared_stems() -> &'static [RwLock<FxHashMap<String, String>>; SHARDS] {
+    static STEMS: OnceLock<[RwLock<FxHashMap<String, String>>; SHARDS]> = OnceLock::new();
+    STEMS.get_or_init(|| std::array::from_fn(|_| RwLock::default()))
+}
+
+/// Appends the stem of the lowercased word `lower` to `out`, from the shared cache or stemmed
+/// (and cached).
+fn shared_stem(stemmer: &Stemmer, lower: &str, out: &mut String) {
+    let shard = &shared_stems()[rustc_hash::FxBuildHasher.hash_one(lower) as usize % SHARDS];
+    if let Some(stem) = shard.read().get(lower) {
+        out.push_str(stem);
+        return;
+    }
+    let stem = stemmer.stem(lower).into_owned();
+    out.push_str(&stem);
+    let mut w = shard.write();
+    if w.len() >= STEM_CACHE / SHARDS {
+        w.clear();
+    }
+    w.insert(lower.to_string(), stem);
 }
 
 impl TokenStream for CodeTokenStream<'_> {

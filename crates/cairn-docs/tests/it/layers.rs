@@ -163,3 +163,49 @@ fn the_background_flush_writes_the_layers_to_disk() {
     }
     assert_eq!(hits(&m, "background", 10).len(), 1);
 }
+
+/// Scores in memory, after the flush and after reopening are those of an index given one commit
+/// per write (what one process per command gives), also when a write replaces or removes an
+/// entry still in memory, or every entry of an older segment.
+#[test]
+fn scores_equal_those_of_one_commit_per_write() {
+    let (t1, t2) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let layered = crate::open(t1.path());
+    let committed = crate::open(t2.path());
+    let writes: Vec<(&str, Option<&str>)> = vec![
+        ("/a.md", Some("alpha beta gamma")),
+        ("/a.md", Some("alpha beta gamma delta\nsecond line")),
+        ("/b.md", Some("alpha zeta")),
+        ("/c.md", Some("alpha alpha eta")),
+        ("/b.md", None),
+        ("/c.md", Some("alpha theta")),
+        ("/a.md", Some("alpha again")),
+        ("/d.md", Some("beta gamma alpha")),
+    ];
+    let queries = ["alpha", "beta gamma", "theta", "again"];
+    let all = |m: &cairn_docs::Memory| -> Vec<Vec<(String, f32)>> { queries.iter().map(|q| hits(m, q, 10)).collect() };
+    for (i, (path, text)) in writes.iter().enumerate() {
+        for m in [&layered, &committed] {
+            match text {
+                Some(text) => {
+                    add(m, path, text);
+                }
+                None => {
+                    m.remove(&[path.to_string()]).unwrap();
+                }
+            }
+        }
+        committed.commit().unwrap();
+        let want = all(&committed);
+        assert_eq!(all(&layered), want, "in memory, after write {i}");
+        if i % 3 == 2 {
+            layered.flush_index().unwrap();
+            assert_eq!(all(&layered), want, "after the flush of write {i}");
+        }
+    }
+    let want = all(&committed);
+    layered.commit().unwrap();
+    assert_eq!(all(&layered), want, "committed");
+    drop(layered);
+    assert_eq!(all(&crate::open(t1.path())), want, "reopened");
+}
