@@ -693,8 +693,9 @@ impl Cairn {
         }
         let found = self.collect_files(&files, req.recursive, &mut out.skipped)?;
         self.add_files(&m, &found, &opts, call, &mut added, &mut out.skipped)?;
-        // Searchable once this returns.
-        m.commit()?;
+        // Searchable once this returns, without a commit of the index on disk: the memory's
+        // in-memory layers show it, and its queue rows make it durable
+        // (docs/design/2026-12-07-index-layers.md).
         for a in &added {
             match a.status {
                 AddStatus::Added => out.added += 1,
