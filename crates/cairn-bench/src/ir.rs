@@ -28,7 +28,7 @@ pub struct IrArgs {
     /// Ranking modes, comma-separated: keyword, semantic, hybrid (the last two need --model).
     #[arg(long, default_value = "keyword")]
     mode: String,
-    /// Fusions for hybrid mode, comma-separated: `default`, `rrf:K`, `convex:W`, `scaled:W`
+    /// Fusions for hybrid mode, comma-separated: `default`, `rrf:K`, `convex:W`, `scaled:W`, `complete:W`
     /// (W: the vector list's weight).
     #[arg(long, default_value = "default")]
     fusion: String,
@@ -142,7 +142,8 @@ fn parse_fusion(s: &str) -> Result<Fusion> {
         Some(("rrf", k)) => Fusion::Rrf { k: k.parse().context("rrf:K")? },
         Some(("convex", w)) => Fusion::Convex { weight: w.parse().context("convex:W")? },
         Some(("scaled", w)) => Fusion::Scaled { weight: w.parse().context("scaled:W")? },
-        _ => bail!("fusion {s:?}: default, rrf:K, convex:W or scaled:W"),
+        Some(("complete", w)) => Fusion::Complete { weight: w.parse().context("complete:W")? },
+        _ => bail!("fusion {s:?}: default, rrf:K, convex:W, scaled:W or complete:W"),
     })
 }
 
@@ -151,6 +152,7 @@ fn fusion_name(f: Fusion) -> String {
         Fusion::Rrf { k } => format!("rrf:{k}"),
         Fusion::Convex { weight } => format!("convex:{weight}"),
         Fusion::Scaled { weight } => format!("scaled:{weight}"),
+        Fusion::Complete { weight } => format!("complete:{weight}"),
     }
 }
 

@@ -1007,6 +1007,16 @@ impl Memory {
         }
     }
 
+    /// The BM25 scores of the documents `ids` for `query` (those no word of it matches are
+    /// left out).
+    pub(crate) fn bm25_of(&self, query: &str, mode: QueryMode, ids: HashSet<u64>) -> Result<HashMap<u64, f64>> {
+        let idx = &self.inner.index;
+        let (q, _) = idx.parse(query, mode)?;
+        let n = ids.len();
+        let (top, _) = idx.top(&idx.view(), q.as_ref(), n, 0, Some(Arc::new(ids)))?;
+        Ok(top.into_iter().map(|(score, id)| (id, f64::from(score))).collect())
+    }
+
     fn search_unguarded(&self, query: &str, opts: &SearchOptions) -> Result<SearchResults> {
         let idx = &self.inner.index;
         let (q, warnings) = idx.parse(query, opts.mode)?;

@@ -76,6 +76,13 @@ pub enum Fusion {
         /// The vector list's weight, in [0, 1].
         weight: f64,
     },
+    /// [`Fusion::Convex`] over the union of both lists with each document's missing score
+    /// computed (its BM25 score, 0 when no word matches; its best passage's cosine), instead of
+    /// counting as the list's minimum.
+    Complete {
+        /// The vector list's weight, in [0, 1].
+        weight: f64,
+    },
     /// Scores divided by their list's best (both scores' floor is 0: BM25's, and the cosine's
     /// of unrelated texts, clipped), combined as `weight * vector + (1 - weight) * bm25`: the
     /// theoretical-minimum normalization of Bruch et al. (2023).
@@ -104,10 +111,10 @@ fn scaled_combination(vector: &[(u64, f64)], bm25: &[(u64, f64)], weight: f64) -
 }
 
 impl Default for Fusion {
-    /// The convex combination with the vector list weighted 0.6, the best of the settings
-    /// tried on SciFact's train split (docs/design/2026-12-07-hybrid-search.md).
+    /// The completed convex combination with the vector list weighted 0.75, the best of the
+    /// settings tried on SciFact's train split (docs/design/2026-12-07-hybrid-search.md).
     fn default() -> Self {
-        Fusion::Convex { weight: 0.6 }
+        Fusion::Complete { weight: 0.75 }
     }
 }
 
@@ -822,6 +829,57 @@ fn allowed_docs(m: &Memory, filter: &Filter) -> Result<Option<HashSet<u64>>> {
     }
 }
 
+/// A ranked list: (document id, score).
+type Scored = Vec<(u64, f64)>;
+
+/// The vector and BM25 lists extended to the union of their documents: a document missing
+/// from one list gets its score computed (BM25 0 when no word matches; a document not embedded
+/// yet stays out of the vector list). The computed scores are added to `vector_best` and
+/// `bm25_scores`, so the hit reports both.
+#[allow(clippy::too_many_arguments)]
+fn complete(
+    m: &Memory,
+    sem: &Semantic,
+    q: &[f32],
+    query: &str,
+    opts: &SearchOptions,
+    vector_list: &[(u64, f64)],
+    bm25: &[(u64, f64)],
+    vector_best: &mut HashMap<u64, VectorHit>,
+    bm25_scores: &mut HashMap<u64, f32>,
+) -> Result<(Scored, Scored)> {
+    let in_vector: HashSet<u64> = vector_list.iter().map(|x| x.0).collect();
+    let in_bm25: HashSet<u64> = bm25.iter().map(|x| x.0).collect();
+    let mut b = bm25.to_vec();
+    let missing: HashSet<u64> = in_vector.difference(&in_bm25).copied().collect();
+    if !missing.is_empty() {
+        let scores = m.bm25_of(query, opts.mode, missing.clone())?;
+        for id in &missing {
+            let score = scores.get(id).copied().unwrap_or(0.0);
+            b.push((*id, score));
+            bm25_scores.insert(*id, score as f32);
+        }
+    }
+    let mut v = vector_list.to_vec();
+    let vs = sem.vectors.read();
+    let wanted: HashSet<u64> = in_bm25
+        .difference(&in_vector)
+        .filter_map(|id| vs.docs.get(id).map(|(_, n)| (*id, *n)))
+        .flat_map(|(id, n)| (0..n as usize).filter_map(move |p| vector_id(id, p)))
+        .collect();
+    if !wanted.is_empty() {
+        let hits = vs.index.search_exact(q, wanted.len(), Some(&wanted))?;
+        for h in &hits {
+            let e = vector_best.entry(doc_of(h.id)).or_insert(VectorHit { score: f32::NEG_INFINITY, passage: 0 });
+            if h.score > e.score {
+                *e = VectorHit { score: h.score, passage: (h.id & ((1 << PASSAGE_BITS) - 1)) as u32 };
+            }
+        }
+        v.extend(fusion::max_per_document(hits.iter().map(|h| (doc_of(h.id), f64::from(h.score)))));
+    }
+    Ok((v, b))
+}
+
 /// A document's place in the vector list: its score and best passage.
 struct VectorHit {
     score: f32,
@@ -836,7 +894,7 @@ pub(crate) fn search(m: &Memory, query: &str, opts: &SearchOptions) -> Result<Se
     let allowed = allowed_docs(m, &opts.filter)?;
     let embedder = sem.embedder()?;
     let q = embedder.embed_query(query)?;
-    let (vector_list, vector_best) = {
+    let (vector_list, mut vector_best) = {
         let vs = sem.vectors.read();
         let allowed_vectors: Option<HashSet<u64>> = allowed.as_ref().map(|ids| {
             ids.iter()
@@ -871,6 +929,7 @@ pub(crate) fn search(m: &Memory, query: &str, opts: &SearchOptions) -> Result<Se
             };
             let r = m.search_unguarded(query, &keyword)?;
             let list: Vec<(u64, f64)> = r.hits.iter().map(|h| (h.doc.id, f64::from(h.score))).collect();
+            let mut scores: HashMap<u64, f32> = r.hits.iter().map(|h| (h.doc.id, h.score)).collect();
             let fused = match opts.fusion {
                 Fusion::Rrf { k } => {
                     let a: Vec<u64> = list.iter().map(|x| x.0).collect();
@@ -879,8 +938,11 @@ pub(crate) fn search(m: &Memory, query: &str, opts: &SearchOptions) -> Result<Se
                 }
                 Fusion::Convex { weight } => fusion::convex_combination(&vector_list, &list, weight),
                 Fusion::Scaled { weight } => scaled_combination(&vector_list, &list, weight),
+                Fusion::Complete { weight } => {
+                    let (v, b) = complete(m, sem, &q, query, opts, &vector_list, &list, &mut vector_best, &mut scores)?;
+                    fusion::convex_combination(&v, &b, weight)
+                }
             };
-            let scores = r.hits.iter().map(|h| (h.doc.id, h.score)).collect();
             (fused, scores, r.warnings)
         }
     };

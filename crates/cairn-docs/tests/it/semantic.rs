@@ -107,13 +107,22 @@ fn semantic_search_ranks_by_passage_vectors_with_filters() {
 
     // Hybrid: both scores where both lists have the document; each fusion puts the document
     // that matches the query's words and its meaning first.
-    for fusion in
-        [Fusion::Rrf { k: 60.0 }, Fusion::Convex { weight: 0.5 }, Fusion::Scaled { weight: 0.5 }, Fusion::default()]
-    {
+    for fusion in [
+        Fusion::Rrf { k: 60.0 },
+        Fusion::Convex { weight: 0.5 },
+        Fusion::Scaled { weight: 0.5 },
+        Fusion::Complete { weight: 0.5 },
+        Fusion::default(),
+    ] {
         let o = SearchOptions { fusion, ..opts(Ranking::Hybrid) };
         let r = m.search("the stock market fell today", &o).unwrap();
         assert_eq!(r.hits[0].doc.path, "c.txt", "{fusion:?}");
         assert!(r.hits[0].bm25.is_some() && r.hits[0].vector.is_some());
+        if matches!(fusion, Fusion::Complete { .. }) {
+            // Every hit has both scores, the missing one computed (BM25 0 when no word matches).
+            assert!(r.hits.len() > 1);
+            assert!(r.hits.iter().all(|h| h.bm25.is_some() && h.vector.is_some()), "{fusion:?}");
+        }
         let scores: Vec<f32> = r.hits.iter().map(|h| h.score).collect();
         assert!(scores.windows(2).all(|w| w[0] >= w[1]), "{scores:?}");
     }
