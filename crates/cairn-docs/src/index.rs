@@ -3,9 +3,10 @@
 //! blob store.
 //!
 //! Requests never wait for a commit of the index on disk
-//! ([design](../../../docs/design/2026-12-07-index-layers.md)). A write's changes become one
-//! *part* of the *active* layer: a one-segment tantivy index in memory, built before the request
-//! returns, so they are searchable at once. A flush (a background thread, or
+//! ([design](../../../docs/design/2026-12-07-index-layers.md)). A write queues its changes in
+//! the *active* layer; the next search (or flush) indexes every queued change as one *part*, a
+//! one-segment tantivy index in memory, before it looks, so a change is searchable the moment
+//! its write returns and writes never pay for indexing. A flush (a background thread, or
 //! [`SearchIndex::flush`]) freezes the active layer, writes its changes to the disk index, commits
 //! that, and drops the frozen layer. A search sees the disk index, the frozen layer's parts and
 //! the active layer's as of one moment; an entry of an older part or layer is hidden when a newer
@@ -17,6 +18,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
@@ -112,12 +114,18 @@ struct Part {
     touched: Arc<HashSet<u64>>,
 }
 
-/// The in-memory layer changes go to first: the parts of the writes since the last flush.
+/// The in-memory layer changes go to first: changes not indexed yet, and the parts that index
+/// the earlier ones.
 #[derive(Default)]
 struct Active {
     parts: Vec<Arc<Part>>,
     /// Every document the parts changed (hidden in the frozen layer and on disk).
     touched: Arc<HashSet<u64>>,
+    /// Changes applied since the last part, in order: the next search or flush indexes them
+    /// as one part before it looks (a write only queues them here).
+    pending: Vec<Change>,
+    /// The documents `pending` changes.
+    pending_touched: HashSet<u64>,
     /// The changes, in order, to write to the disk index.
     changes: Vec<Change>,
     /// Their size, and when the first came.
@@ -248,6 +256,13 @@ pub(crate) struct SearchIndex {
     layers: Mutex<Layers>,
     /// Held by a flush from freezing to dropping the frozen layer: one at a time.
     flushing: Mutex<()>,
+    /// Held while pending changes become a part (and by a flush while it freezes the active
+    /// layer): parts are made one at a time, in write order.
+    sealing: Mutex<()>,
+    /// Changes applied so far (counted under the layer lock), and how many of them parts index:
+    /// a search waits only for the changes applied before it started, not for later ones.
+    applied: AtomicU64,
+    sealed: AtomicU64,
 }
 
 /// Changes in the active layer beyond which a flush is due whatever its age.
@@ -314,6 +329,9 @@ impl SearchIndex {
             reader,
             layers: Mutex::default(),
             flushing: Mutex::new(()),
+            sealing: Mutex::new(()),
+            applied: AtomicU64::new(0),
+            sealed: AtomicU64::new(0),
         };
         Ok((ix, !existed))
     }
@@ -344,23 +362,45 @@ impl SearchIndex {
         Ok(Part { searcher, touched: Arc::new(touched) })
     }
 
-    /// Applies `changes` to the active layer and makes them searchable before returning; `seqs`
-    /// are the queue rows naming them, deleted by the flush that puts them on disk.
+    /// Applies `changes` to the active layer: every search that starts after this returns sees
+    /// them (it indexes pending changes first); `seqs` are the queue rows naming them, deleted by
+    /// the flush that puts them on disk. Cheap: a write does not index (a part costs a fixed
+    /// millisecond or so, which a search or a flush pays once for all the writes before it).
     pub fn apply(&self, changes: Vec<Change>, seqs: Vec<u64>) -> Result<()> {
         if changes.is_empty() && seqs.is_empty() {
             return Ok(());
         }
-        // Built outside the lock: searches and the flusher go on meanwhile. Callers apply one
-        // write at a time (the memory's write lock), so parts are added in write order.
-        let part = Arc::new(self.part(&changes)?);
         let mut l = self.layers.lock();
         let a = l.active.get_or_insert_with(Active::default);
-        Arc::make_mut(&mut a.touched).extend(part.touched.iter().copied());
-        a.parts.push(part);
         a.bytes += changes.iter().map(Change::bytes).sum::<usize>();
+        a.pending_touched.extend(changes.iter().map(|c| c.id));
+        a.pending.extend(changes.iter().cloned());
+        self.applied.fetch_add(changes.len() as u64, Ordering::SeqCst);
         a.changes.extend(changes);
         a.seqs.extend(seqs);
         a.since.get_or_insert_with(Instant::now);
+        Ok(())
+    }
+
+    /// Indexes the pending changes as one part (the caller holds `sealing`). Built outside the
+    /// layer lock: writes, and searches of parts already made, go on meanwhile.
+    fn seal_locked(&self) -> Result<()> {
+        let (batch, upto) = {
+            let l = self.layers.lock();
+            match l.active.as_ref() {
+                Some(a) if !a.pending.is_empty() => (a.pending.clone(), self.applied.load(Ordering::SeqCst)),
+                _ => return Ok(()),
+            }
+        };
+        let part = Arc::new(self.part(&batch)?);
+        let mut l = self.layers.lock();
+        // Only a flush, which holds `sealing` too, replaces the active layer.
+        let a = l.active.as_mut().ok_or_else(|| Error::InvalidArgument("the active layer went away".into()))?;
+        Arc::make_mut(&mut a.touched).extend(part.touched.iter().copied());
+        a.parts.push(part);
+        a.pending.drain(..batch.len());
+        a.pending_touched = a.pending.iter().map(|c| c.id).collect();
+        self.sealed.fetch_max(upto, Ordering::SeqCst);
         Ok(())
     }
 
@@ -371,7 +411,9 @@ impl SearchIndex {
     /// and after the flush, and the same as those of one commit per write.
     pub fn replaces_active(&self, changes: &[Change]) -> bool {
         let l = self.layers.lock();
-        l.active.as_ref().is_some_and(|a| changes.iter().any(|c| a.touched.contains(&c.id)))
+        l.active
+            .as_ref()
+            .is_some_and(|a| changes.iter().any(|c| a.touched.contains(&c.id) || a.pending_touched.contains(&c.id)))
     }
 
     /// Whether the active layer has grown well past the flush size (the flusher is behind).
@@ -397,11 +439,29 @@ impl SearchIndex {
     pub fn flush(&self) -> Result<Vec<u64>> {
         let _one = self.flushing.lock();
         let frozen = {
+            // The frozen layer is searched until the disk has it: it must index every change.
+            // Most pending changes become a part outside the layer lock; those a write adds
+            // meanwhile are indexed under it, so nothing is frozen unindexed.
+            let _sealing = self.sealing.lock();
+            self.seal_locked()?;
             let mut l = self.layers.lock();
             if let Some(f) = l.frozen.clone() {
                 // An earlier flush failed: write that layer first.
                 f
-            } else if let Some(a) = l.active.take() {
+            } else if let Some(mut a) = l.active.take() {
+                if !a.pending.is_empty() {
+                    match self.part(&a.pending) {
+                        Ok(part) => {
+                            Arc::make_mut(&mut a.touched).extend(part.touched.iter().copied());
+                            a.parts.push(Arc::new(part));
+                        }
+                        Err(e) => {
+                            l.active = Some(a);
+                            return Err(e);
+                        }
+                    }
+                }
+                self.sealed.fetch_max(self.applied.load(Ordering::SeqCst), Ordering::SeqCst);
                 let f = Arc::new(Frozen { parts: a.parts, touched: a.touched, changes: a.changes, seqs: a.seqs });
                 l.frozen = Some(f.clone());
                 f
@@ -432,8 +492,17 @@ impl SearchIndex {
         Ok(frozen.seqs.clone())
     }
 
-    /// The layers to search, as of now.
-    pub fn view(&self) -> View {
+    /// The layers to search, as of now: every change applied before this call, indexed.
+    pub fn view(&self) -> Result<View> {
+        // The changes this search must see; later ones (concurrent writes) may wait for the
+        // next search, so searches queued behind one part's making share it.
+        let target = self.applied.load(Ordering::SeqCst);
+        if self.sealed.load(Ordering::SeqCst) < target {
+            let _sealing = self.sealing.lock();
+            if self.sealed.load(Ordering::SeqCst) < target {
+                self.seal_locked()?;
+            }
+        }
         let l = self.layers.lock();
         let mut parts = Vec::new();
         let mut frozen_touched = Arc::default();
@@ -447,7 +516,7 @@ impl SearchIndex {
             parts.extend(a.parts.iter().cloned());
             active_touched = a.touched.clone();
         }
-        View { disk: self.reader.searcher(), parts, frozen, frozen_touched, active_touched }
+        Ok(View { disk: self.reader.searcher(), parts, frozen, frozen_touched, active_touched })
     }
 
     /// Writes `c` to the disk index directly (bulk work: the layers must be flushed first,

@@ -1013,7 +1013,7 @@ impl Memory {
         let idx = &self.inner.index;
         let (q, _) = idx.parse(query, mode)?;
         let n = ids.len();
-        let (top, _) = idx.top(&idx.view(), q.as_ref(), n, 0, Some(Arc::new(ids)))?;
+        let (top, _) = idx.top(&idx.view()?, q.as_ref(), n, 0, Some(Arc::new(ids)))?;
         Ok(top.into_iter().map(|(score, id)| (id, f64::from(score))).collect())
     }
 
@@ -1028,7 +1028,7 @@ impl Memory {
             Some(Arc::new(self.list(&opts.filter)?.into_iter().map(|d| d.id).collect()))
         };
         // Every change made so far, without waiting for a commit.
-        let view = idx.view();
+        let view = idx.view()?;
         // An entry whose document is gone (a removal not committed to the index yet, or rows a
         // crash lost) is skipped, and the page is filled from further entries, so a page of
         // ten shows ten while there are ten.

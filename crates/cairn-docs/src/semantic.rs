@@ -981,7 +981,7 @@ impl Snippets {
     fn new(m: &Memory, query: &str, opts: &SearchOptions) -> Result<Snippets> {
         let idx = &m.inner.index;
         let generator = match idx.parse(query, opts.mode) {
-            Ok((q, _)) => Some(idx.snippets(&idx.view(), q.as_ref())?),
+            Ok((q, _)) => Some(idx.snippets(&idx.view()?, q.as_ref())?),
             Err(_) => None,
         };
         Ok(Snippets { generator })
