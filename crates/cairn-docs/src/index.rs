@@ -135,6 +135,16 @@ struct Active {
     seqs: Vec<u64>,
 }
 
+impl Active {
+    /// Adds `part`, which indexes the first `indexed` pending changes.
+    fn push_part(&mut self, part: Part, indexed: usize) {
+        Arc::make_mut(&mut self.touched).extend(part.touched.iter().copied());
+        self.parts.push(Arc::new(part));
+        self.pending.drain(..indexed);
+        self.pending_touched = self.pending.iter().map(|c| c.id).collect();
+    }
+}
+
 /// A layer being written to disk: searched until the disk index has it.
 struct Frozen {
     parts: Vec<Arc<Part>>,
@@ -163,6 +173,12 @@ pub(crate) struct View {
 }
 
 impl View {
+    /// The searchers of the disk index and of each part (none for a part that only removed
+    /// entries), oldest first: the positions [`View::newer`] takes.
+    fn searchers(&self) -> impl Iterator<Item = Option<&Searcher>> {
+        std::iter::once(Some(&self.disk)).chain(self.parts.iter().map(|p| p.searcher.as_ref()))
+    }
+
     /// The sets of documents whose entries in searcher `i` (0: the disk, then part `i - 1`)
     /// a newer part or layer replaced.
     fn newer(&self, i: usize) -> Vec<Arc<HashSet<u64>>> {
@@ -196,8 +212,7 @@ struct Summed<'a> {
 impl<'a> Summed<'a> {
     fn new(view: &'a View) -> Result<Summed<'a>> {
         let mut segments = Vec::new();
-        let searchers = std::iter::once(Some(&view.disk)).chain(view.parts.iter().map(|p| p.searcher.as_ref()));
-        for (i, searcher) in searchers.enumerate() {
+        for (i, searcher) in view.searchers().enumerate() {
             let Some(searcher) = searcher else { continue };
             let newer = view.newer(i);
             let replaced: usize = newer.iter().map(|t| t.len()).sum();
@@ -392,14 +407,11 @@ impl SearchIndex {
                 _ => return Ok(()),
             }
         };
-        let part = Arc::new(self.part(&batch)?);
+        let part = self.part(&batch)?;
         let mut l = self.layers.lock();
         // Only a flush, which holds `sealing` too, replaces the active layer.
         let a = l.active.as_mut().ok_or_else(|| Error::InvalidArgument("the active layer went away".into()))?;
-        Arc::make_mut(&mut a.touched).extend(part.touched.iter().copied());
-        a.parts.push(part);
-        a.pending.drain(..batch.len());
-        a.pending_touched = a.pending.iter().map(|c| c.id).collect();
+        a.push_part(part, batch.len());
         self.sealed.fetch_max(upto, Ordering::SeqCst);
         Ok(())
     }
@@ -451,10 +463,7 @@ impl SearchIndex {
             } else if let Some(mut a) = l.active.take() {
                 if !a.pending.is_empty() {
                     match self.part(&a.pending) {
-                        Ok(part) => {
-                            Arc::make_mut(&mut a.touched).extend(part.touched.iter().copied());
-                            a.parts.push(Arc::new(part));
-                        }
+                        Ok(part) => a.push_part(part, a.pending.len()),
                         Err(e) => {
                             l.active = Some(a);
                             return Err(e);
@@ -601,8 +610,7 @@ impl SearchIndex {
         let want = (offset + limit).max(1);
         let mut all: Vec<(f32, u64)> = Vec::new();
         let mut total = 0usize;
-        let searchers = std::iter::once(Some(&view.disk)).chain(view.parts.iter().map(|p| p.searcher.as_ref()));
-        for (i, searcher) in searchers.enumerate() {
+        for (i, searcher) in view.searchers().enumerate() {
             let Some(searcher) = searcher else { continue };
             // Entries of documents a newer part or layer changed are that one's to show.
             let newer = view.newer(i);

@@ -179,6 +179,16 @@ struct Vectors {
     docs: HashMap<u64, (u32, u32)>,
 }
 
+impl Vectors {
+    /// The vector ids of every passage of the documents `ids` that are embedded.
+    fn passages_of<'a>(&self, ids: impl IntoIterator<Item = &'a u64>) -> HashSet<u64> {
+        ids.into_iter()
+            .filter_map(|id| self.docs.get(id).map(|(_, n)| (*id, *n)))
+            .flat_map(|(id, n)| (0..n as usize).filter_map(move |p| vector_id(id, p)))
+            .collect()
+    }
+}
+
 #[derive(Default)]
 struct Work {
     /// Queue rows may be waiting.
@@ -862,20 +872,11 @@ fn complete(
     }
     let mut v = vector_list.to_vec();
     let vs = sem.vectors.read();
-    let wanted: HashSet<u64> = in_bm25
-        .difference(&in_vector)
-        .filter_map(|id| vs.docs.get(id).map(|(_, n)| (*id, *n)))
-        .flat_map(|(id, n)| (0..n as usize).filter_map(move |p| vector_id(id, p)))
-        .collect();
+    let unscored: Vec<u64> = in_bm25.difference(&in_vector).copied().collect();
+    let wanted = vs.passages_of(&unscored);
     if !wanted.is_empty() {
-        let hits = vs.index.search_exact(q, wanted.len(), Some(&wanted))?;
-        for h in &hits {
-            let e = vector_best.entry(doc_of(h.id)).or_insert(VectorHit { score: f32::NEG_INFINITY, passage: 0 });
-            if h.score > e.score {
-                *e = VectorHit { score: h.score, passage: (h.id & ((1 << PASSAGE_BITS) - 1)) as u32 };
-            }
-        }
-        v.extend(fusion::max_per_document(hits.iter().map(|h| (doc_of(h.id), f64::from(h.score)))));
+        keep_best(vector_best, &vs.index.search_exact(q, wanted.len(), Some(&wanted))?);
+        v.extend(unscored.iter().filter_map(|d| vector_best.get(d).map(|h| (*d, f64::from(h.score)))));
     }
     Ok((v, b))
 }
@@ -884,6 +885,16 @@ fn complete(
 struct VectorHit {
     score: f32,
     passage: u32,
+}
+
+/// Keeps in `best` the best of `hits` (passage vectors) for each document.
+fn keep_best(best: &mut HashMap<u64, VectorHit>, hits: &[cairn_embed::Hit]) {
+    for h in hits {
+        let e = best.entry(doc_of(h.id)).or_insert(VectorHit { score: f32::NEG_INFINITY, passage: 0 });
+        if h.score > e.score {
+            *e = VectorHit { score: h.score, passage: (h.id & ((1 << PASSAGE_BITS) - 1)) as u32 };
+        }
+    }
 }
 
 /// Semantic or hybrid search (see the module documentation).
@@ -896,21 +907,11 @@ pub(crate) fn search(m: &Memory, query: &str, opts: &SearchOptions) -> Result<Se
     let q = embedder.embed_query(query)?;
     let (vector_list, mut vector_best) = {
         let vs = sem.vectors.read();
-        let allowed_vectors: Option<HashSet<u64>> = allowed.as_ref().map(|ids| {
-            ids.iter()
-                .filter_map(|id| vs.docs.get(id).map(|(_, n)| (*id, *n)))
-                .flat_map(|(id, n)| (0..n as usize).filter_map(move |p| vector_id(id, p)))
-                .collect()
-        });
+        let allowed_vectors: Option<HashSet<u64>> = allowed.as_ref().map(|ids| vs.passages_of(ids));
         // Documents have few passages: four per wanted document leave enough distinct ones.
         let hits = vs.index.search(&q, pool.saturating_mul(4), allowed_vectors.as_ref())?;
         let mut best: HashMap<u64, VectorHit> = HashMap::new();
-        for h in &hits {
-            let e = best.entry(doc_of(h.id)).or_insert(VectorHit { score: f32::NEG_INFINITY, passage: 0 });
-            if h.score > e.score {
-                *e = VectorHit { score: h.score, passage: (h.id & ((1 << PASSAGE_BITS) - 1)) as u32 };
-            }
-        }
+        keep_best(&mut best, &hits);
         let mut list = fusion::max_per_document(best.iter().map(|(d, h)| (*d, f64::from(h.score))));
         list.truncate(pool);
         (list, best)

@@ -22,7 +22,7 @@ pub const ANALYZER: &str = "cairn_code";
 /// Words longer than this (bytes) are not indexed (hashes, base64, minified code).
 pub const MAX_WORD: usize = 64;
 
-/// Stems cached per analyzer before the cache is emptied.
+/// Stems an indexing analyzer caches, and the shared cache holds in all, before emptying.
 const STEM_CACHE: usize = 100_000;
 
 /// The analyzer of every text field, for queries, snippets and small indexes: stems come from
