@@ -303,7 +303,7 @@ fn yams(engine: &str, dir: &Path, a: &DocsArgs, abs: &[String], rep: usize) -> R
     Ok(out)
 }
 
-fn tree_files(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn tree_files(root: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = ignore::WalkBuilder::new(root)
         .hidden(false)
         .git_ignore(false)

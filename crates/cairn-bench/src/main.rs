@@ -11,6 +11,7 @@ mod docs_bench;
 mod engine;
 mod engines;
 mod generator;
+mod grep_bench;
 mod ir;
 mod measure;
 mod mixed_bench;
@@ -52,6 +53,8 @@ enum Cmd {
     /// The document-memory benchmarks (YAMS set, search and grep on a source tree) against
     /// SQLite FTS5 and ripgrep.
     Docs(docs_bench::DocsArgs),
+    /// Grep through the n-gram index against ripgrep over the same files, on a source tree.
+    Grep(grep_bench::GrepArgs),
     /// Retrieval quality (nDCG@10, Recall@100, MRR@10) of the document memory on a BEIR-format
     /// collection.
     Ir(ir::IrArgs),
@@ -188,6 +191,7 @@ fn main() -> ExitCode {
         Cmd::Ir(a) => ir::run(a),
         Cmd::Semantic(a) => semantic_bench::run(a),
         Cmd::Docs(a) => docs_bench::run(a),
+        Cmd::Grep(a) => grep_bench::run(a),
         Cmd::Serve(a) => serve_bench::run(a),
         Cmd::Mixed(a) => mixed_bench::run(a),
         Cmd::MixedRunOne { cell } => mixed_load::run_one(&cell),

@@ -146,6 +146,14 @@ pub enum DocsCommand {
         /// Stop after this many documents with matches.
         #[arg(short = 'm', long)]
         max_files: Option<usize>,
+        /// Print totals after the matches: documents in scope, candidates from the n-gram
+        /// index, documents read, matches, bytes and time.
+        #[arg(long)]
+        stats: bool,
+        /// Read every document in scope instead of the n-gram index's candidates (the same
+        /// output, slower).
+        #[arg(long)]
+        no_index: bool,
         #[command(flatten)]
         filter: FilterArgs,
     },
@@ -271,6 +279,8 @@ pub enum Plan {
 pub struct GrepPrint {
     /// Paths only.
     pub files_only: bool,
+    /// Totals after the matches.
+    pub stats: bool,
 }
 
 impl DocsCommand {
@@ -344,6 +354,8 @@ impl DocsCommand {
                 context,
                 files_with_matches,
                 max_files,
+                stats,
+                no_index,
                 filter,
             } => {
                 let req = docs::GrepRequest {
@@ -354,8 +366,9 @@ impl DocsCommand {
                     context,
                     filter: filter.filter(),
                     limit: max_files,
+                    scan_all: no_index,
                 };
-                (Plan::Grep(req, GrepPrint { files_only: files_with_matches }), false)
+                (Plan::Grep(req, GrepPrint { files_only: files_with_matches, stats }), false)
             }
             DocsCommand::Reindex => run(Request::Reindex(Default::default())),
         })

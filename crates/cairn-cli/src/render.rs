@@ -514,6 +514,25 @@ fn grep_file(
     Ok(())
 }
 
+/// Prints a grep's totals (after its matches, as ripgrep's `--stats`).
+fn grep_stats(r: &cairn::docs::GrepResult, out: &mut dyn Write) -> cairn::Result<()> {
+    let candidates = match r.candidates {
+        Some(n) => format!("{n} candidates from the n-gram index ({} trigram terms)", r.index_terms),
+        None => "no n-gram index used: every document in scope read".to_string(),
+    };
+    let text = format!(
+        "\n{} documents in scope\n{candidates}\n{} documents read\n{} bytes searched\n{} matched lines\n\
+         {} documents contained matches\n{:.3} seconds\n",
+        r.in_scope,
+        r.files_searched,
+        r.bytes_searched,
+        r.lines_matched,
+        r.files_matched,
+        r.took_ms / 1e3
+    );
+    write!(out, "{text}").map_err(stdout_err)
+}
+
 /// Runs a grep, printing as documents are searched when embedded (in path order), and
 /// returns the exit status (1: nothing matched, as grep and ripgrep).
 pub fn grep(
@@ -548,6 +567,12 @@ pub fn grep(
     };
     for e in &result.errors {
         eprintln!("cairn: grep: {}: {}", e.path, e.error);
+    }
+    for w in &result.warnings {
+        eprintln!("cairn: grep: warning: {w}");
+    }
+    if print.stats && !json {
+        grep_stats(&result, out)?;
     }
     Ok(if result.files_matched == 0 {
         if result.errors.is_empty() { 1 } else { 2 }

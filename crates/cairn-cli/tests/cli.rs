@@ -152,6 +152,16 @@ fn document_memory_end_to_end() {
     assert_eq!(g, format!("{cache}-1-fn get_block_handle() {{}}\n{cache}:2:// block cache\n"));
     let (success, out, _) = cairn(&d, &["grep", "nothing-matches-this"]);
     assert!(!success && out.is_empty());
+    // --stats: what the n-gram index named, after the matches; --no-index reads everything.
+    let g = ok(&d, &["grep", "--stats", "block cache"]);
+    assert!(g.starts_with(&format!("{cache}:2:// block cache\n\n")), "{g}");
+    assert!(g.contains(" documents in scope\n1 candidates from the n-gram index"), "{g}");
+    assert!(g.contains("\n1 documents read\n") && g.contains("\n1 matched lines\n"), "{g}");
+    let g = ok(&d, &["grep", "--stats", "--no-index", "block cache"]);
+    assert!(g.contains("no n-gram index used: every document in scope read"), "{g}");
+    let j: serde_json::Value = serde_json::from_str(&ok(&d, &["grep", "--json", "block cache"])).unwrap();
+    assert_eq!((j["candidates"].as_u64(), j["files_searched"].as_u64()), (Some(1), Some(1)), "{j}");
+    assert!(j["in_scope"].as_u64().is_some_and(|n| n > 1) && j["index_terms"].as_u64().is_some_and(|n| n > 3), "{j}");
 
     // Versions, cat, restore.
     fs::write(wal, "# WAL\nRewritten.\n").unwrap();

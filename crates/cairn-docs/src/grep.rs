@@ -27,6 +27,9 @@ pub struct GrepOptions {
     pub filter: Filter,
     /// Stop after this many files with matches.
     pub max_files: Option<usize>,
+    /// Read every document in scope instead of the n-gram index's candidates (same output,
+    /// slower: for checks and measurements).
+    pub scan_all: bool,
 }
 
 /// One printed line.
@@ -56,7 +59,15 @@ pub struct GrepFile {
 /// Totals of a grep.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct GrepStats {
-    /// Documents searched.
+    /// Text documents the filter allows.
+    pub in_scope: u64,
+    /// Documents the n-gram index named as candidates (with those it does not cover); `None`
+    /// when the pattern has no usable trigram (or the index could not be read) and every
+    /// document in scope was read.
+    pub candidates: Option<u64>,
+    /// Trigram terms in the index query.
+    pub grams: usize,
+    /// Documents read and searched.
     pub files_searched: u64,
     /// Documents with a match.
     pub files_matched: u64,
@@ -66,6 +77,10 @@ pub struct GrepStats {
     pub bytes_searched: u64,
     /// Documents that could not be read, with why (the grep went on without them).
     pub errors: Vec<(String, String)>,
+    /// What went wrong around the documents (the grep still read every one it had to).
+    pub warnings: Vec<String>,
+    /// Time taken, in microseconds.
+    pub micros: u64,
 }
 
 struct Collect<'m> {

@@ -34,6 +34,7 @@ use tantivy::{
     TantivyDocument, Term,
 };
 
+use crate::ngram::{Gram, GramQuery};
 use crate::tokenizer::{ANALYZER, analyzer, indexing_analyzer};
 use crate::{Error, Result};
 
@@ -43,6 +44,8 @@ pub(crate) struct Fields {
     pub title: Field,
     pub body: Field,
     pub path: Field,
+    /// The content's trigrams ([`crate::ngram`]): doc ids only, for grep's candidates.
+    pub grams: Field,
 }
 
 fn schema() -> (Schema, Fields) {
@@ -54,7 +57,8 @@ fn schema() -> (Schema, Fields) {
     let title = b.add_text_field("title", text.clone());
     let body = b.add_text_field("body", text.clone());
     let path = b.add_text_field("path", text);
-    (b.build(), Fields { id, title, body, path })
+    let grams = b.add_u64_field("grams", INDEXED);
+    (b.build(), Fields { id, title, body, path, grams })
 }
 
 /// Runs `f`, turning a panic of the index library (it panics on some damaged files instead
@@ -91,16 +95,26 @@ pub(crate) struct Change {
     pub id: u64,
     /// (path, title, body); `None` removes the entry.
     pub text: Option<(String, Option<String>, String)>,
+    /// The trigrams of the content (with `text` only).
+    pub grams: Arc<[Gram]>,
 }
 
 impl Change {
-    /// The entry of `id` becomes `text` (none: no entry).
-    pub fn new(id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Change {
-        Change { id, text: text.map(|(t, b)| (path.to_string(), t.map(str::to_string), b.to_string())) }
+    /// The entry of `id` becomes `text` with the content's `grams` (none: no entry).
+    pub fn new(id: u64, path: &str, text: Option<(Option<&str>, &str)>, grams: Vec<Gram>) -> Change {
+        let text = text.map(|(t, b)| (path.to_string(), t.map(str::to_string), b.to_string()));
+        let grams = if text.is_some() { grams.into() } else { Arc::from([]) };
+        Change { id, text, grams }
+    }
+
+    /// The entry of `id` removed.
+    pub fn remove(id: u64) -> Change {
+        Change::new(id, "", None, Vec::new())
     }
 
     fn bytes(&self) -> usize {
-        64 + self.text.as_ref().map_or(0, |(p, t, b)| p.len() + t.as_ref().map_or(0, String::len) + b.len())
+        64 + 4 * self.grams.len()
+            + self.text.as_ref().map_or(0, |(p, t, b)| p.len() + t.as_ref().map_or(0, String::len) + b.len())
     }
 }
 
@@ -307,6 +321,9 @@ fn entry(f: &Fields, c: &Change) -> Option<TantivyDocument> {
         d.add_text(f.title, t);
     }
     d.add_text(f.body, body);
+    for &g in c.grams.iter() {
+        d.add_u64(f.grams, u64::from(g));
+    }
     Some(d)
 }
 
@@ -534,9 +551,10 @@ impl SearchIndex {
         put(&self.writer.lock(), &self.f, c)
     }
 
-    /// [`SearchIndex::write_direct`] of the entry of `id` becoming `text` (none: no entry).
-    pub fn replace(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>) -> Result<()> {
-        self.write_direct(&Change::new(id, path, text))
+    /// [`SearchIndex::write_direct`] of the entry of `id` becoming `text` with `grams` (none:
+    /// no entry).
+    pub fn replace(&self, id: u64, path: &str, text: Option<(Option<&str>, &str)>, grams: Vec<Gram>) -> Result<()> {
+        self.write_direct(&Change::new(id, path, text, grams))
     }
 
     /// Makes the changes written to the disk index directly durable and visible to searches.
@@ -566,6 +584,22 @@ impl SearchIndex {
             }
         }
         Ok(out)
+    }
+
+    /// Bytes of the disk index, and of its n-gram field (term dictionary, postings and norms).
+    pub fn space(&self) -> Result<(u64, u64)> {
+        let usage = self.reader.searcher().space_usage().map_err(|e| Error::Index(e.into()))?;
+        let mut grams = 0;
+        for seg in usage.segments() {
+            for per_field in [seg.termdict(), seg.postings(), seg.fieldnorms()] {
+                grams += per_field
+                    .fields()
+                    .filter(|(f, _)| **f == self.f.grams)
+                    .map(|(_, u)| u.total().get_bytes())
+                    .sum::<u64>();
+            }
+        }
+        Ok((usage.total().get_bytes(), grams))
     }
 
     /// Entries in the disk index (flush first to count every change).
@@ -635,6 +669,56 @@ impl SearchIndex {
         }
         all.sort_by(|a, b| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)));
         Ok((all.into_iter().skip(offset).take(limit).collect(), total))
+    }
+
+    /// The ids of the entries of `view` whose trigrams satisfy `q` (an entry a newer layer
+    /// replaced is that layer's to answer for), and the number of live entries in `view`.
+    pub fn gram_candidates(&self, view: &View, q: &GramQuery) -> Result<(HashSet<u64>, u64)> {
+        let query = self.gram_query(q);
+        let mut ids = HashSet::new();
+        let mut live = 0u64;
+        for (i, searcher) in view.searchers().enumerate() {
+            let Some(searcher) = searcher else { continue };
+            let newer = view.newer(i);
+            let hidden = |id: u64| newer.iter().any(|t| t.contains(&id));
+            let weight = query.weight(tantivy::query::EnableScoring::disabled_from_searcher(searcher))?;
+            for seg in searcher.segment_readers() {
+                let col = seg.fast_fields().u64("id")?;
+                if newer.is_empty() {
+                    live += u64::from(seg.num_docs());
+                } else {
+                    live += seg.doc_ids_alive().filter(|&d| col.first(d).is_some_and(|id| !hidden(id))).count() as u64;
+                }
+                let alive = seg.alive_bitset();
+                weight.for_each_no_score(seg, &mut |docs| {
+                    for &d in docs {
+                        if alive.is_none_or(|a| a.is_alive(d))
+                            && let Some(id) = col.first(d)
+                            && !hidden(id)
+                        {
+                            ids.insert(id);
+                        }
+                    }
+                })?;
+            }
+        }
+        Ok((ids, live))
+    }
+
+    fn gram_query(&self, q: &GramQuery) -> Box<dyn Query> {
+        match q {
+            GramQuery::All => Box::new(tantivy::query::AllQuery),
+            GramQuery::None => Box::new(tantivy::query::EmptyQuery),
+            GramQuery::Gram(g) => {
+                Box::new(TermQuery::new(Term::from_field_u64(self.f.grams, u64::from(*g)), IndexRecordOption::Basic))
+            }
+            GramQuery::And(qs) => {
+                Box::new(BooleanQuery::new(qs.iter().map(|q| (Occur::Must, self.gram_query(q))).collect()))
+            }
+            GramQuery::Or(qs) => {
+                Box::new(BooleanQuery::new(qs.iter().map(|q| (Occur::Should, self.gram_query(q))).collect()))
+            }
+        }
     }
 
     /// A snippet generator for `query` whose term weights count every layer of `view` (a term

@@ -14,6 +14,7 @@ mod error;
 pub mod extract;
 mod grep;
 mod index;
+pub mod ngram;
 pub mod rows;
 pub mod semantic;
 pub mod tokenizer;
@@ -215,6 +216,10 @@ pub struct MemoryStats {
     pub indexed: u64,
     /// Sum of current content sizes.
     pub bytes: u64,
+    /// Bytes of the committed full-text index, and of its n-gram part (grep's candidates).
+    pub index_bytes: u64,
+    /// Bytes of the n-gram part of the committed index.
+    pub ngram_bytes: u64,
 }
 
 pub(crate) struct WriteState {
@@ -314,6 +319,8 @@ struct Staged {
     key: Vec<u8>,
     kind: Kind,
     text: Option<extract::Extracted>,
+    /// The content's trigrams, when its text is indexed.
+    grams: Vec<ngram::Gram>,
     prepared: Prepared,
 }
 
@@ -417,8 +424,10 @@ impl Memory {
             ids.insert(rows::id_value(&k, &v)?);
         }
         if index_created && next_is_nonempty(&self.inner.rows)? {
-            // The index is gone (deleted, or never written): rebuild it from the documents.
+            // The index is gone (deleted, never written, or of an older schema): rebuild it from
+            // the documents.
             self.inner.index.clear()?;
+            self.rewrite_scan_rows()?;
             for kv in self.inner.rows.prefix(rows::DOC) {
                 ids.insert(rows::trailing_id(&kv?.0)?);
             }
@@ -430,7 +439,7 @@ impl Memory {
                         self.inner.warnings.lock().push(why);
                     }
                 }
-                None => self.inner.index.replace(id, "", None)?,
+                None => self.inner.index.write_direct(&index::Change::remove(id))?,
             }
         }
         if !w.uncommitted.is_empty() || index_created {
@@ -451,7 +460,9 @@ impl Memory {
         match self.reindex(doc) {
             Ok(()) => Ok(None),
             Err(Error::Cas(e)) => {
-                self.inner.index.replace(doc.id, "", None)?;
+                self.inner.index.write_direct(&index::Change::remove(doc.id))?;
+                // Grep reads it (and reports that it cannot) rather than trust the index.
+                self.inner.rows.put(rows::scan_key(doc.id), b"")?;
                 Ok(Some(format!(
                     "document {} v{}: its content cannot be read ({e}); it is left out of the full-text \
                      index until repaired (`cairn verify` names the damage)",
@@ -464,13 +475,16 @@ impl Memory {
 
     /// Puts the current content of `doc` into the index (reading it from the blob store).
     fn reindex(&self, doc: &DocRecord) -> Result<()> {
-        let text = if doc.indexed {
+        let (text, grams) = if doc.indexed {
             let content = self.inner.store.get(&rows::parse_hash(&doc.path, &doc.hash)?)?;
-            extract::extract(Kind::from_mime(&doc.mime), &content)
+            let text = extract::extract(Kind::from_mime(&doc.mime), &content);
+            let grams = if text.is_some() { ngram::grams(&content) } else { Vec::new() };
+            (text, grams)
         } else {
-            None
+            (None, Vec::new())
         };
-        self.inner.index.replace(doc.id, &doc.path, text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())))
+        let text = text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str()));
+        self.inner.index.replace(doc.id, &doc.path, text, grams)
     }
 
     /// Writes the in-memory index layers to the disk index and commits it, with the changes
@@ -545,8 +559,9 @@ impl Memory {
         let key = doc.key().to_vec();
         let kind = extract::detect(&doc.path, &doc.content);
         let text = if doc.content.len() as u64 <= MAX_INDEXED { extract::extract(kind, &doc.content) } else { None };
+        let grams = if text.is_some() { ngram::grams(&doc.content) } else { Vec::new() };
         let prepared = self.inner.store.prepare(&doc.content)?;
-        Ok(Staged { path: doc.path, key, kind, text, prepared })
+        Ok(Staged { path: doc.path, key, kind, text, grams, prepared })
     }
 
     /// Adds documents (new paths, or new versions of existing paths) in one durable write.
@@ -591,7 +606,7 @@ impl Memory {
         let mut batch = self.inner.store.batch();
         let mut touched: HashMap<Vec<u8>, (DocRecord, Option<DocRecord>)> = HashMap::new();
         let mut outs = Vec::with_capacity(jobs.len());
-        let mut reindex: Vec<(u64, Option<extract::Extracted>)> = Vec::new();
+        let mut reindex: Vec<(u64, Option<extract::Extracted>, Vec<ngram::Gram>)> = Vec::new();
         let mut seqs = Vec::new();
         for job in jobs {
             let opts = &job.opts;
@@ -644,8 +659,8 @@ impl Memory {
                         let v = VersionRecord { version, hash, size: doc.size, mime: doc.mime.clone(), added: now };
                         batch.kv_put(&self.inner.rows, rows::version_key(id, version), encode(&v))?;
                         seqs.push(w.queue_index(&self.inner.rows, &mut batch, id)?);
-                        reindex.retain(|(i, _)| *i != id);
-                        reindex.push((id, s.text));
+                        reindex.retain(|(i, _, _)| *i != id);
+                        reindex.push((id, s.text, s.grams));
                         let status = if before.is_some() { AddStatus::NewVersion } else { AddStatus::Added };
                         (doc, status)
                     }
@@ -678,12 +693,13 @@ impl Memory {
         batch.commit()?;
         let by_id: HashMap<u64, &DocRecord> = touched.values().map(|(d, _)| (d.id, d)).collect();
         let mut changes = Vec::with_capacity(reindex.len());
-        for (id, text) in reindex {
+        for (id, text, grams) in reindex {
             let Some(doc) = by_id.get(&id) else { continue };
             changes.push(index::Change::new(
                 id,
                 &doc.path,
                 text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())),
+                grams,
             ));
         }
         self.index_changes(w, changes, seqs)?;
@@ -756,7 +772,7 @@ impl Memory {
         write_doc_rows(&mut RowSink::Cas(&self.inner.rows, &mut batch), &doc, before.as_ref())?;
         batch.commit()?;
         if status != AddStatus::Unchanged {
-            self.index_changes(&mut w, vec![index::Change::new(id, path, None)], seqs)?;
+            self.index_changes(&mut w, vec![index::Change::remove(id)], seqs)?;
             self.wake_embedding();
         }
         Ok(Added { doc, status })
@@ -860,7 +876,7 @@ impl Memory {
             removed.push(doc.id);
         }
         batch.commit()?;
-        let changes = removed.into_iter().map(|id| index::Change::new(id, "", None)).collect();
+        let changes = removed.into_iter().map(index::Change::remove).collect();
         self.index_changes(&mut w, changes, seqs)?;
         self.wake_embedding();
         Ok(missing)
@@ -1075,10 +1091,81 @@ impl Memory {
     /// allows (text documents, those too large for the full-text index included: they are
     /// streamed), in path order; `on_file` gets each file with matches. A document that cannot
     /// be read is counted in [`GrepStats::errors`] and the search goes on.
+    ///
+    /// The n-gram index ([`ngram`]) names the candidates: only documents holding the trigrams
+    /// every match needs, and those the index does not cover, are read. A pattern with no usable
+    /// trigram reads every document in scope; so does every pattern when the index cannot be
+    /// read (said in [`GrepStats::warnings`]). The output is the same either way.
     pub fn grep(&self, opts: &GrepOptions, on_file: impl FnMut(GrepFile) -> Result<()>) -> Result<GrepStats> {
-        let docs: Vec<DocRecord> =
-            self.list(&opts.filter)?.into_iter().filter(|d| Kind::from_mime(&d.mime).is_text()).collect();
-        grep::run(self, opts, &docs, on_file)
+        let started = std::time::Instant::now();
+        // A bad pattern is the caller's error whichever way the documents are found.
+        grep::matcher(opts)?;
+        let plan = ngram::plan(&opts.pattern, opts.ignore_case, opts.fixed);
+        let mut warnings = Vec::new();
+        let planned = match plan {
+            _ if opts.scan_all => None,
+            ngram::GramQuery::All => None,
+            q => match index::guarded(|| self.grep_candidates(&opts.filter, &q)) {
+                Ok(found) => Some((found, q.terms())),
+                Err(e @ (Error::Index(_) | Error::IndexDamaged(_))) => {
+                    warnings.push(format!("the n-gram index cannot be read ({e}); every document was read"));
+                    None
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        let (docs, in_scope, candidates, grams) = match planned {
+            Some(((docs, in_scope), grams)) => {
+                let n = docs.len() as u64;
+                (docs, in_scope, Some(n), grams)
+            }
+            None => {
+                let docs = self.grep_scope(&opts.filter)?;
+                let n = docs.len() as u64;
+                (docs, n, None, 0)
+            }
+        };
+        let mut stats = grep::run(self, opts, &docs, on_file)?;
+        stats.in_scope = in_scope;
+        stats.candidates = candidates;
+        stats.grams = grams;
+        stats.warnings = warnings;
+        stats.micros = started.elapsed().as_micros() as u64;
+        Ok(stats)
+    }
+
+    /// The text documents `filter` allows, by path.
+    fn grep_scope(&self, filter: &Filter) -> Result<Vec<DocRecord>> {
+        Ok(self.list(filter)?.into_iter().filter(|d| Kind::from_mime(&d.mime).is_text()).collect())
+    }
+
+    /// The documents in scope that may hold a match of `q` (by path), and how many are in
+    /// scope: the index's candidates and the documents it does not cover.
+    fn grep_candidates(&self, filter: &Filter, q: &ngram::GramQuery) -> Result<(Vec<DocRecord>, u64)> {
+        let view = self.inner.index.view()?;
+        let (mut ids, live) = self.inner.index.gram_candidates(&view, q)?;
+        let mut scan = 0u64;
+        for kv in self.inner.rows.prefix(rows::SCAN) {
+            ids.insert(rows::trailing_id(&kv?.0)?);
+            scan += 1;
+        }
+        let (mut docs, in_scope) = if filter.is_empty() {
+            let mut docs = Vec::with_capacity(ids.len());
+            for id in ids {
+                if let Some(d) = self.doc_by_id(id)?
+                    && Kind::from_mime(&d.mime).is_text()
+                {
+                    docs.push(d);
+                }
+            }
+            (docs, live + scan)
+        } else {
+            let scope = self.grep_scope(filter)?;
+            let n = scope.len() as u64;
+            (scope.into_iter().filter(|d| ids.contains(&d.id)).collect(), n)
+        };
+        docs.sort_by(|a, b| a.path.cmp(&b.path));
+        Ok((docs, in_scope))
     }
 
     /// Drops the full-text index and rebuilds it from the stored documents. Returns the number
@@ -1093,6 +1180,7 @@ impl Memory {
         let mut w = self.inner.write.lock();
         self.flush_index()?;
         self.inner.index.clear()?;
+        self.rewrite_scan_rows()?;
         let mut n = 0;
         let mut left_out = Vec::new();
         for kv in self.inner.rows.prefix(rows::DOC) {
@@ -1107,9 +1195,28 @@ impl Memory {
         Ok((n, left_out))
     }
 
+    /// Writes the scan rows ([`rows::SCAN`]) of the documents afresh from their records (rows of
+    /// content left out of the index are added back as it is left out).
+    fn rewrite_scan_rows(&self) -> Result<()> {
+        let mut b = KeyspaceBatch::new();
+        let end = cairn_kv::prefix_successor(rows::SCAN).ok_or_else(|| Error::InvalidArgument("scan prefix".into()))?;
+        b.delete_range(&self.inner.rows, rows::SCAN, end)?;
+        for kv in self.inner.rows.prefix(rows::DOC) {
+            let (k, v) = kv?;
+            let d: DocRecord = decode(&k, &v)?;
+            if needs_scan(&d) {
+                b.put(&self.inner.rows, rows::scan_key(d.id), b"")?;
+            }
+        }
+        self.inner.rows.write(b)?;
+        Ok(())
+    }
+
     /// What the memory holds.
     pub fn stats(&self) -> Result<MemoryStats> {
-        let mut s = MemoryStats { indexed: self.inner.index.num_docs(), ..Default::default() };
+        let (index_bytes, ngram_bytes) = self.inner.index.space()?;
+        let mut s =
+            MemoryStats { indexed: self.inner.index.num_docs(), index_bytes, ngram_bytes, ..Default::default() };
         for kv in self.inner.rows.prefix(rows::DOC) {
             let (k, v) = kv?;
             let d: DocRecord = decode(&k, &v)?;
@@ -1168,10 +1275,21 @@ impl RowSink<'_, '_> {
     }
 }
 
-/// Writes a document's record and its path/tag/metadata rows, removing the rows of `before`
-/// that no longer hold.
+/// Whether grep must read `doc` whatever the pattern: text the n-gram index does not cover.
+pub(crate) fn needs_scan(doc: &DocRecord) -> bool {
+    Kind::from_mime(&doc.mime).is_text() && !doc.indexed
+}
+
+/// Writes a document's record and its path/tag/metadata/scan rows, removing the rows of
+/// `before` that no longer hold.
 pub(crate) fn write_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord, before: Option<&DocRecord>) -> Result<()> {
     sink.put(&rows::doc_key(doc.id), &encode(doc))?;
+    if needs_scan(doc) {
+        sink.put(&rows::scan_key(doc.id), b"")?;
+    } else if before.is_some_and(|b| needs_scan(b) || b.hash != doc.hash) {
+        // New content the index covers (a scan row of content left out of the index goes too).
+        sink.delete(&rows::scan_key(doc.id))?;
+    }
     if before.is_none_or(|b| b.key() != doc.key()) {
         sink.put(&rows::path_key(&doc.key()), &doc.id.to_be_bytes())?;
     }
@@ -1198,6 +1316,7 @@ pub(crate) fn write_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord, before
 
 fn delete_doc_rows(sink: &mut RowSink<'_, '_>, doc: &DocRecord) -> Result<()> {
     sink.delete(&rows::doc_key(doc.id))?;
+    sink.delete(&rows::scan_key(doc.id))?;
     sink.delete(&rows::path_key(&doc.key()))?;
     for t in &doc.tags {
         sink.delete(&rows::tag_key(t, doc.id))?;

@@ -31,6 +31,11 @@ pub const VECTOR: &[u8] = b"x/";
 /// `docs/s/model` -> the model the stored vectors were made by (JSON record).
 pub const SEMANTIC_MODEL: &[u8] = b"s/model";
 
+/// `docs/u/<id u64 BE>` -> empty: a text document whose current content the n-gram index does
+/// not cover (too large, not UTF-8 throughout, or left out because its content cannot be read):
+/// grep reads it whatever the pattern ([`crate::ngram`]).
+pub const SCAN: &[u8] = b"u/";
+
 /// Format byte of the JSON records.
 pub const FORMAT: u8 = 1;
 
@@ -187,6 +192,10 @@ pub(crate) fn meta_prefix(key: &str, value: &str) -> Vec<u8> {
 
 pub(crate) fn meta_key(key: &str, value: &str, id: u64) -> Vec<u8> {
     [meta_prefix(key, value).as_slice(), &id.to_be_bytes()].concat()
+}
+
+pub(crate) fn scan_key(id: u64) -> Vec<u8> {
+    [SCAN, &id.to_be_bytes()].concat()
 }
 
 pub(crate) fn queue_key(seq: u64) -> Vec<u8> {

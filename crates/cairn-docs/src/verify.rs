@@ -1,7 +1,8 @@
 //! Checking the memory against itself: every document row decodes and its path row points back
 //! at it, every version names a blob the store holds, tag and metadata rows agree with their
-//! documents, and the full-text index holds exactly the indexed documents (besides changes
-//! still queued for it); the passage vectors are checked in [`crate::semantic`].
+//! documents, the full-text index holds exactly the indexed documents (besides changes
+//! still queued for it), and every text document it does not cover has its scan row (grep reads
+//! it); the passage vectors are checked in [`crate::semantic`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -166,6 +167,33 @@ impl Memory {
                 );
             }
         }
+        // Grep reads every text document the n-gram index does not cover: each needs its scan
+        // row, or an indexed grep would pass it over.
+        let mut scan = HashSet::new();
+        for kv in rows_ks.prefix(rows::SCAN) {
+            let id = rows::trailing_id(&kv?.0)?;
+            if !docs.contains_key(&id) {
+                r.push(format!("scan row of missing document {id} (grep skips it)"), Vec::new(), true);
+            }
+            scan.insert(id);
+        }
+        for d in docs.values() {
+            let uncovered = crate::needs_scan(d)
+                || (crate::Kind::from_mime(&d.mime).is_text()
+                    && d.indexed
+                    && !counts.contains_key(&d.id)
+                    && !pending.contains(&d.id));
+            if uncovered && !scan.contains(&d.id) {
+                r.push(
+                    format!(
+                        "{} is neither in the n-gram index nor marked for grep to read (grep cannot find it)",
+                        d.path
+                    ),
+                    vec![format!("document {}", d.path)],
+                    true,
+                );
+            }
+        }
         self.verify_vectors(&docs, &mut r)?;
         r.problems.sort_by(|a, b| a.problem.cmp(&b.problem));
         Ok(r)
@@ -234,7 +262,7 @@ impl Memory {
         let (mut removed, mut added) = (0, 0);
         for id in &in_index {
             if docs.get(id).is_none_or(|d| !d.indexed) {
-                self.inner.index.replace(*id, "", None)?;
+                self.inner.index.write_direct(&crate::index::Change::remove(*id))?;
                 removed += 1;
             }
         }

@@ -385,7 +385,7 @@ async fn search(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Respo
 }
 
 async fn grep(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Response> {
-    let q = query_map(&uri, &params(&["pattern", "i", "w", "F", "C", "limit"], true))?;
+    let q = query_map(&uri, &params(&["pattern", "i", "w", "F", "C", "limit", "scan_all"], true))?;
     let req = docs::GrepRequest {
         pattern: q.get("pattern").cloned().ok_or_else(|| bad("give the pattern: ?pattern=..."))?,
         ignore_case: flag(&q, "i")?.unwrap_or(false),
@@ -394,6 +394,7 @@ async fn grep(State(app): State<App>, a: Access_, uri: Uri) -> ApiResult<Respons
         context: number::<usize>(&q, "C")?.unwrap_or(0).min(100),
         filter: filter(&q)?,
         limit: Some(number(&q, "limit")?.unwrap_or(1000)),
+        scan_all: flag(&q, "scan_all")?.unwrap_or(false),
     };
     answer(&app, a.0, StatusCode::OK, cairn::Request::Grep(req)).await
 }

@@ -502,6 +502,10 @@ pub struct GrepRequest {
     /// Stop after this many documents with matches (default: all).
     #[serde(default)]
     pub limit: Option<usize>,
+    /// Read every document in scope instead of the n-gram index's candidates (the same
+    /// output, slower: for checks and measurements).
+    #[serde(default)]
+    pub scan_all: bool,
 }
 
 /// One line of grep output.
@@ -532,16 +536,36 @@ pub struct GrepFile {
 pub struct GrepResult {
     /// Documents with matches, by path.
     pub files: Vec<GrepFile>,
-    /// Documents searched.
+    /// Text documents the filter allows.
+    #[serde(default)]
+    pub in_scope: u64,
+    /// Documents the n-gram index named as candidates (with those it does not cover); `null`
+    /// when every document in scope was read (a pattern with no usable trigram, `scan_all`, or
+    /// an index that could not be read: see `warnings`).
+    #[serde(default)]
+    pub candidates: Option<u64>,
+    /// Trigram terms in the index query.
+    #[serde(default)]
+    pub index_terms: u64,
+    /// Documents read and searched.
     pub files_searched: u64,
     /// Documents with a match.
     pub files_matched: u64,
     /// Matching lines.
     pub lines_matched: u64,
+    /// Bytes of content searched.
+    #[serde(default)]
+    pub bytes_searched: u64,
     /// Whether `limit` stopped the search early.
     pub truncated: bool,
     /// Documents that could not be read (the search went on without them).
     pub errors: Vec<Skipped>,
+    /// What went wrong around the documents (the grep still read every one it had to).
+    #[serde(default)]
+    pub warnings: Vec<String>,
+    /// Time taken in the library, in milliseconds.
+    #[serde(default)]
+    pub took_ms: f64,
 }
 
 /// What a rebuild of the full-text index did.
@@ -1041,6 +1065,7 @@ impl Cairn {
             context: req.context,
             filter: req.filter.library()?,
             max_files: req.limit,
+            scan_all: req.scan_all,
         };
         let mut failed = None;
         let stats = m.grep(&opts, |f| {
@@ -1070,11 +1095,17 @@ impl Cairn {
         let stats = stats?;
         Ok(GrepResult {
             files: Vec::new(),
+            in_scope: stats.in_scope,
+            candidates: stats.candidates,
+            index_terms: stats.grams as u64,
             files_searched: stats.files_searched,
             files_matched: stats.files_matched,
             lines_matched: stats.lines_matched,
+            bytes_searched: stats.bytes_searched,
             truncated: req.limit.is_some_and(|l| stats.files_matched as usize >= l),
             errors: stats.errors.into_iter().map(|(path, error)| Skipped { path, error }).collect(),
+            warnings: stats.warnings,
+            took_ms: stats.micros as f64 / 1e3,
         })
     }
 
