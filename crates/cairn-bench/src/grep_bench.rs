@@ -4,9 +4,10 @@
 //! The tree is added to a fresh memory 2,000 files at a time (timed: the ingest, index commit
 //! included). Then, for each pattern, with warm caches (one untimed run first), medians of
 //! `--repeat` runs of: cairn's grep through the index, cairn's grep reading every document
-//! (`scan_all`), and `rg -c --no-ignore --hidden` over the files. Every pattern's matching line
-//! count must be the same for all three (the run fails otherwise). Prints the index's size
-//! against the stored (compressed) content.
+//! (`scan_all`), and `rg -c --no-ignore --hidden` over the files. The indexed and the full grep
+//! must find the same lines (the run fails otherwise); ripgrep's count is printed beside them
+//! when it differs (ripgrep also reads text that is not UTF-8, which cairn stores as binary).
+//! Prints the index's size against the stored (compressed) content.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -145,7 +146,7 @@ pub fn run(a: GrepArgs) -> Result<()> {
         a.repeat
     );
     println!(
-        "| pattern | kind | in scope | candidates | files matched | lines | cairn ms | cairn full scan ms | rg ms | rg / cairn |"
+        "| pattern | kind | in scope | candidates | files matched | lines (rg) | cairn ms | cairn full scan ms | rg ms | rg / cairn |"
     );
     println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (kind, p) in &patterns {
@@ -153,6 +154,7 @@ pub fn run(a: GrepArgs) -> Result<()> {
         let full = GrepOptions { scan_all: true, ..o.clone() };
         let mut times = [Vec::new(), Vec::new(), Vec::new()];
         let mut last = None;
+        let mut rg_found = 0;
         for i in 0..=a.repeat {
             let t = Instant::now();
             let s = m.grep(&o, |_| Ok(()))?;
@@ -161,9 +163,10 @@ pub fn run(a: GrepArgs) -> Result<()> {
             let f = m.grep(&full, |_| Ok(()))?;
             let scanned = t.elapsed().as_secs_f64();
             let (rg_lines, rg_secs) = rg(p, &a.tree)?;
-            if s.lines_matched != f.lines_matched || s.lines_matched != rg_lines {
-                bail!("{p}: cairn {} lines, full scan {}, rg {rg_lines}", s.lines_matched, f.lines_matched);
+            if s.lines_matched != f.lines_matched {
+                bail!("{p}: cairn {} lines, full scan {}", s.lines_matched, f.lines_matched);
             }
+            rg_found = rg_lines;
             if i > 0 {
                 // The first round warms the caches.
                 times[0].push(indexed * 1e3);
@@ -176,10 +179,11 @@ pub fn run(a: GrepArgs) -> Result<()> {
         let [c, f, r] = times.map(|mut v| median(&mut v));
         let cand = s.candidates.map_or("-".to_string(), |n| n.to_string());
         println!(
-            "| `{p}` | {kind} | {} | {cand} | {} | {} | {c:.1} | {f:.1} | {r:.1} | {:.2} |",
+            "| `{p}` | {kind} | {} | {cand} | {} | {}{} | {c:.1} | {f:.1} | {r:.1} | {:.2} |",
             s.in_scope,
             s.files_matched,
             s.lines_matched,
+            if rg_found == s.lines_matched { String::new() } else { format!(" ({rg_found})") },
             r / c
         );
     }
