@@ -103,7 +103,11 @@ impl Change {
     /// The entry of `id` becomes `text` with the content's `grams` (none: no entry).
     pub fn new(id: u64, path: &str, text: Option<(Option<&str>, &str)>, grams: Vec<Gram>) -> Change {
         let text = text.map(|(t, b)| (path.to_string(), t.map(str::to_string), b.to_string()));
-        let grams = if text.is_some() { grams.into() } else { Arc::from([]) };
+        let grams = if text.is_some() {
+            crate::ngram::entry_grams(grams, crate::ngram::MAX_GRAMS).into()
+        } else {
+            Arc::from([])
+        };
         Change { id, text, grams }
     }
 
@@ -674,7 +678,12 @@ impl SearchIndex {
     /// The ids of the entries of `view` whose trigrams satisfy `q` (an entry a newer layer
     /// replaced is that layer's to answer for), and the number of live entries in `view`.
     pub fn gram_candidates(&self, view: &View, q: &GramQuery) -> Result<(HashSet<u64>, u64)> {
-        let query = self.gram_query(q);
+        // An entry with too many trigrams to list is a candidate whatever the query.
+        let saturated = GramQuery::Gram(crate::ngram::SATURATED);
+        let query: Box<dyn Query> = Box::new(BooleanQuery::new(vec![
+            (Occur::Should, self.gram_query(q)),
+            (Occur::Should, self.gram_query(&saturated)),
+        ]));
         let mut ids = HashSet::new();
         let mut live = 0u64;
         for (i, searcher) in view.searchers().enumerate() {

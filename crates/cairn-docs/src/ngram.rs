@@ -20,6 +20,20 @@ use regex_syntax::hir::{Class, Hir, HirKind};
 /// A trigram: three folded bytes as `b0 << 16 | b1 << 8 | b2`.
 pub type Gram = u32;
 
+/// The term an entry holds instead of its trigrams when it has more than [`MAX_GRAMS`] (a
+/// document of diverse text, of which an entry of every trigram would cost tens of bytes each
+/// in memory while indexing): such a document is a candidate for every pattern.
+pub const SATURATED: Gram = 1 << 24;
+
+/// Distinct trigrams beyond which an entry holds [`SATURATED`] instead.
+pub const MAX_GRAMS: usize = 1 << 20;
+
+/// What an entry holds for a document with these distinct trigrams (at most `cap` of them,
+/// else [`SATURATED`]).
+pub fn entry_grams(grams: Vec<Gram>, cap: usize) -> Vec<Gram> {
+    if grams.len() > cap { vec![SATURATED] } else { grams }
+}
+
 /// How a byte is indexed: ASCII upper case as lower case, everything else as it is.
 #[inline]
 pub fn fold(b: u8) -> u8 {
@@ -41,25 +55,28 @@ pub fn grams(content: &[u8]) -> Vec<Gram> {
         if bits.is_empty() {
             bits.resize(1 << 18, 0);
         }
-        // Branch-free: every trigram is written, and the count advances only for a new one
-        // (a branch per byte that cannot be predicted costs more than the stores).
-        let mut out = vec![0; content.len() - 2];
-        let mut n = 0;
+        // Branch-free: every trigram is written to a scratch block, and the count advances
+        // only for a new one (a branch per byte that cannot be predicted costs more than the
+        // stores); the block bounds the memory whatever the content's size.
+        let mut out = Vec::new();
+        let mut scratch = vec![0; content.len().min(1 << 16)];
         let mut g = (u32::from(fold(content[0])) << 8) | u32::from(fold(content[1]));
-        for &b in &content[2..] {
-            g = ((g << 8) | u32::from(fold(b))) & 0xFF_FFFF;
-            let word = &mut bits[(g >> 6) as usize];
-            let mask = 1u64 << (g & 63);
-            let new = usize::from(*word & mask == 0);
-            *word |= mask;
-            out[n] = g;
-            n += new;
+        for block in content[2..].chunks(scratch.len()) {
+            let mut n = 0;
+            for &b in block {
+                g = ((g << 8) | u32::from(fold(b))) & 0xFF_FFFF;
+                let word = &mut bits[(g >> 6) as usize];
+                let mask = 1u64 << (g & 63);
+                let new = usize::from(*word & mask == 0);
+                *word |= mask;
+                scratch[n] = g;
+                n += new;
+            }
+            out.extend_from_slice(&scratch[..n]);
         }
-        out.truncate(n);
         for &g in &out {
             bits[(g >> 6) as usize] = 0;
         }
-        out.shrink_to_fit();
         out
     })
 }
@@ -507,6 +524,21 @@ mod tests {
         assert!(grams(b"ab").is_empty());
         // The thread's table is clean for the next document.
         assert_eq!(grams(b"abc").len(), 1);
+        // Across scratch blocks: every distinct trigram once.
+        let long: Vec<u8> = (0..200_000u32).map(|i| b"abcdefghij"[(i * 7 % 10) as usize] ^ (i % 3) as u8).collect();
+        let mut v = grams(&long);
+        let n = v.len();
+        v.sort_unstable();
+        v.dedup();
+        let want: std::collections::HashSet<Gram> = long.windows(3).map(gram_of).collect();
+        assert_eq!((n, v.len()), (want.len(), want.len()));
+    }
+
+    #[test]
+    fn too_many_trigrams_make_a_saturated_entry() {
+        assert_eq!(entry_grams(vec![1, 2, 3], 3), [1, 2, 3]);
+        assert_eq!(entry_grams(vec![1, 2, 3, 4], 3), [SATURATED]);
+        assert!(grams(&(0..=255u8).collect::<Vec<_>>()).iter().all(|&g| g < SATURATED));
     }
 
     #[test]
