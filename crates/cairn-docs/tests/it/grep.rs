@@ -415,3 +415,51 @@ fn indexed_grep_follows_new_versions_and_removals() {
     assert_eq!((l.len(), s.in_scope, s.candidates), (0, 1, Some(0)));
     assert!(m.verify().unwrap().problems.is_empty());
 }
+
+/// A memory written before the n-gram index existed (its index of the old schema, no scan
+/// rows) is brought up to date on open: the index is rebuilt with trigrams, the scan rows are
+/// written, and grep finds every document.
+#[test]
+fn a_memory_from_before_the_ngram_index_is_upgraded_on_open() {
+    let t = tempfile::tempdir().unwrap();
+    {
+        let m = crate::open(t.path());
+        add(&m, "small.txt", "a needle in a small file\n");
+        // Text in its first 8 KiB, not UTF-8 after: stored as text, not indexed.
+        let mut odd = "x".repeat(9000).into_bytes();
+        odd.extend_from_slice(b"\n\xff a needle after a bad byte\n");
+        let a = m.add(vec![cairn_docs::NewDoc::new("odd.txt", odd)], &Default::default()).unwrap();
+        assert!(!a[0].doc.indexed && a[0].doc.mime.starts_with("text/"), "{:?}", a[0].doc);
+        m.close().unwrap();
+    }
+    // What an older version left: no scan rows, and an index without the `grams` field.
+    {
+        let db = cairn_kv::Db::open(t.path().join("kv"), cairn_kv::Options::default()).unwrap();
+        let docs = db.keyspace(cairn_kv::keyspace::DOCS);
+        assert!(docs.prefix(cairn_docs::rows::SCAN).next().is_some());
+        docs.delete_range(cairn_docs::rows::SCAN, b"u0").unwrap();
+        assert!(docs.prefix(cairn_docs::rows::SCAN).next().is_none());
+        db.close().unwrap();
+        let dir = t.path().join("docs-index");
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut b = tantivy::schema::Schema::builder();
+        b.add_u64_field("id", tantivy::schema::INDEXED | tantivy::schema::FAST);
+        for f in ["title", "body", "path"] {
+            b.add_text_field(f, tantivy::schema::TEXT);
+        }
+        let index = tantivy::Index::create_in_dir(&dir, b.build()).unwrap();
+        let mut w: tantivy::IndexWriter = index.writer(15 << 20).unwrap();
+        w.commit().unwrap();
+    }
+    let m = crate::open(t.path());
+    let warnings = m.take_warnings();
+    assert!(warnings.iter().any(|w| w.contains("made anew")), "{warnings:?}");
+    let (lines, stats) = lines_of(&m, &opts("needle"));
+    let paths: Vec<&str> = lines.iter().map(|l| l.0.as_str()).collect();
+    assert_eq!(paths, ["odd.txt", "small.txt"]);
+    assert_eq!((stats.in_scope, stats.candidates), (2, Some(2)), "{stats:?}");
+    let (_, s) = lines_of(&m, &opts("small file"));
+    assert_eq!((s.candidates, s.files_matched), (Some(2), 1), "the covered document by its trigrams, the other always");
+    assert!(m.verify().unwrap().problems.is_empty(), "{:?}", m.verify().unwrap().problems);
+}
