@@ -463,3 +463,28 @@ fn a_memory_from_before_the_ngram_index_is_upgraded_on_open() {
     assert_eq!((s.candidates, s.files_matched), (Some(2), 1), "the covered document by its trigrams, the other always");
     assert!(m.verify().unwrap().problems.is_empty(), "{:?}", m.verify().unwrap().problems);
 }
+
+/// A lost scan row is named by verify (an index problem) and put back by a rebuild of the index,
+/// after which grep finds the document again.
+#[test]
+fn verify_names_a_lost_scan_row_and_reindex_restores_it() {
+    let t = tempfile::tempdir().unwrap();
+    let mut odd = "y".repeat(9000).into_bytes();
+    odd.extend_from_slice(b"\n\xfe the needle\n");
+    {
+        let m = crate::open(t.path());
+        m.add(vec![cairn_docs::NewDoc::new("odd.txt", odd)], &Default::default()).unwrap();
+        add(&m, "plain.txt", "no match here\n");
+        m.close().unwrap();
+        let db = cairn_kv::Db::open(t.path().join("kv"), cairn_kv::Options::default()).unwrap();
+        db.keyspace(cairn_kv::keyspace::DOCS).delete_range(cairn_docs::rows::SCAN, b"u0").unwrap();
+        db.close().unwrap();
+    }
+    let m = crate::open(t.path());
+    assert!(lines_of(&m, &opts("needle")).0.is_empty(), "without its scan row the document is passed over");
+    let problems = m.verify().unwrap().problems;
+    assert!(problems.len() == 1 && problems[0].index && problems[0].affects == ["document odd.txt"], "{problems:?}");
+    m.rebuild_index().unwrap();
+    assert!(m.verify().unwrap().problems.is_empty());
+    assert_eq!(lines_of(&m, &opts("needle")).0.len(), 1);
+}
