@@ -183,16 +183,16 @@ fn read_error(path: &str, e: std::io::Error) -> Error {
 pub(crate) fn run(
     m: &Memory,
     opts: &GrepOptions,
+    matcher: &RegexMatcher,
     docs: &[DocRecord],
     mut on_file: impl FnMut(GrepFile) -> Result<()>,
 ) -> Result<GrepStats> {
-    let matcher = matcher(opts)?;
     let mut stats = GrepStats::default();
     // Files are searched in parallel a window at a time and reported in path order. A
     // document that cannot be read is reported and the grep goes on.
     for window in docs.chunks(256) {
         let found: Vec<Result<(GrepFile, u64)>> =
-            window.par_iter().map(|d| grep_one(m, &matcher, opts.context, d)).collect();
+            window.par_iter().map(|d| grep_one(m, matcher, opts.context, d)).collect();
         for (doc, result) in window.iter().zip(found) {
             let (file, bytes) = match result {
                 Ok(x) => x,

@@ -1099,7 +1099,7 @@ impl Memory {
     pub fn grep(&self, opts: &GrepOptions, on_file: impl FnMut(GrepFile) -> Result<()>) -> Result<GrepStats> {
         let started = std::time::Instant::now();
         // A bad pattern is the caller's error whichever way the documents are found.
-        grep::matcher(opts)?;
+        let matcher = grep::matcher(opts)?;
         let plan = ngram::plan(&opts.pattern, opts.ignore_case, opts.fixed);
         let mut warnings = Vec::new();
         let planned = match plan {
@@ -1125,7 +1125,7 @@ impl Memory {
                 (docs, n, None, 0)
             }
         };
-        let mut stats = grep::run(self, opts, &docs, on_file)?;
+        let mut stats = grep::run(self, opts, &matcher, &docs, on_file)?;
         stats.in_scope = in_scope;
         stats.candidates = candidates;
         stats.grams = grams;

@@ -102,17 +102,7 @@ impl GramQuery {
         match (self, other) {
             (GramQuery::All, q) | (q, GramQuery::All) => q,
             (GramQuery::None, _) | (_, GramQuery::None) => GramQuery::None,
-            (a, b) => {
-                let mut v = Vec::new();
-                for q in [a, b] {
-                    match q {
-                        GramQuery::And(qs) => v.extend(qs),
-                        q => v.push(q),
-                    }
-                }
-                dedup(&mut v);
-                if v.len() == 1 { v.pop().unwrap_or(GramQuery::All) } else { GramQuery::And(v) }
-            }
+            (a, b) => join(a, b, true),
         }
     }
 
@@ -120,17 +110,7 @@ impl GramQuery {
         match (self, other) {
             (GramQuery::All, _) | (_, GramQuery::All) => GramQuery::All,
             (GramQuery::None, q) | (q, GramQuery::None) => q,
-            (a, b) => {
-                let mut v = Vec::new();
-                for q in [a, b] {
-                    match q {
-                        GramQuery::Or(qs) => v.extend(qs),
-                        q => v.push(q),
-                    }
-                }
-                dedup(&mut v);
-                if v.len() == 1 { v.pop().unwrap_or(GramQuery::All) } else { GramQuery::Or(v) }
-            }
+            (a, b) => join(a, b, false),
         }
     }
 
@@ -169,6 +149,25 @@ impl GramQuery {
             GramQuery::Gram(_) => 1,
             GramQuery::And(qs) | GramQuery::Or(qs) => qs.iter().map(GramQuery::terms).sum(),
         }
+    }
+}
+
+/// `a AND b` (`and`) or `a OR b`, neither `All` nor `None`: nested nodes of the same kind
+/// flattened, repeats dropped.
+fn join(a: GramQuery, b: GramQuery, and: bool) -> GramQuery {
+    let mut v = Vec::new();
+    for q in [a, b] {
+        match q {
+            GramQuery::And(qs) if and => v.extend(qs),
+            GramQuery::Or(qs) if !and => v.extend(qs),
+            q => v.push(q),
+        }
+    }
+    dedup(&mut v);
+    match v.len() {
+        1 => v.pop().unwrap_or(GramQuery::All),
+        _ if and => GramQuery::And(v),
+        _ => GramQuery::Or(v),
     }
 }
 
