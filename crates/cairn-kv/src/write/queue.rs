@@ -557,30 +557,46 @@ mod tests {
         WriteRequest { sync: true, ..req() }
     }
 
-    /// Two writers that each make synced writes in turn, with syncs that take a while: without
-    /// a commit delay they alternate, one sync per write (the writer that arrives during a
-    /// sync leads the next group alone while the other is still returning); with it, most
-    /// groups hold both writers' writes.
+    /// A leader's commit delay takes the writer that joins the queue during it, and ends when
+    /// one does; a delay that ends with nobody joining counts as missed. (How often writers
+    /// join in time depends on the machine's scheduling, so it is measured by the engine's
+    /// benchmarks, not asserted here: on a loaded machine delays miss, and are then turned off
+    /// by design.)
     #[test]
-    fn writers_in_turn_share_synced_groups() {
+    fn a_commit_delay_takes_the_writer_that_joins() {
         let q = WriteQueue::default();
-        let (groups, writes) = (AtomicUsize::new(0), 2 * 200);
-        let lead = |g: &[&Slot], _| {
-            groups.fetch_add(1, Ordering::Relaxed);
-            std::thread::sleep(Duration::from_millis(1));
-            g.iter().for_each(|s| s.finish(Ok(())));
-        };
+        let finish_all = |g: &[&Slot], _| g.iter().for_each(|s| s.finish(Ok(())));
+        // Nobody can join: the delay ends alone and counts as missed.
+        let (mut group, mut bytes) = (Vec::new(), 0);
+        let mut guard = q.q.lock();
+        guard.leader_active = true;
+        guard = q.gather(guard, Duration::from_millis(1), &mut group, &mut bytes);
+        assert!(group.is_empty());
+        let missed = q.missed.load(Ordering::Relaxed);
+        assert!(missed > 0, "a delay nobody joined is counted as missed");
         std::thread::scope(|s| {
-            for _ in 0..2 {
-                s.spawn(|| {
-                    for _ in 0..writes / 2 {
-                        q.write(synced_req(), lead, |_, ()| {}, |_| {}).unwrap();
-                    }
-                });
+            // A writer that comes while this thread leads (it holds the queue's lock, so the
+            // writer can only queue once the delay releases it).
+            let joiner = s.spawn(|| q.write(req_for(7), finish_all, |_, ()| {}, |_| {}));
+            while q.active.load(Ordering::Relaxed) == 0 {
+                std::thread::yield_now();
             }
+            // A delay far longer than any scheduling hiccup: it ends once the writer queues.
+            guard = q.gather(guard, Duration::from_secs(600), &mut group, &mut bytes);
+            assert_eq!(group.len(), 1, "the writer that joined during the delay is in the group");
+            assert!(holds(&group.iter().map(|s| &**s).collect::<Vec<_>>(), 7));
+            assert!(q.missed.load(Ordering::Relaxed) < missed, "a joined delay lowers the miss average");
+            drop(guard);
+            let members: Vec<&Slot> = group.iter().map(|s| &**s).collect();
+            q.run_group(true, &members, &finish_all, &|_, ()| {}, &|_| {});
+            let _q = q.q.lock();
+            for s in &group {
+                s.signal();
+            }
+            drop(_q);
+            joiner.join().unwrap().unwrap();
         });
-        let groups = groups.load(Ordering::Relaxed);
-        assert!(groups * 4 <= writes * 3, "{groups} groups for {writes} synced writes");
+        assert!(!q.busy());
     }
 
     /// A leader delays only for a synced group, once a sync was timed, while another writer is
