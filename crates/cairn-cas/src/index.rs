@@ -10,6 +10,7 @@
 //! | `cas/x/<blob id><page u32 BE>` | further pages of a long chunk list |
 //! | `cas/p/<pack u64 BE>` | [`PackRow`]: committed and live bytes of a pack |
 //! | `cas/d/<chunk id>` | UTF-8: why the chunk is known damaged (recorded by verify) |
+//! | `cas/j/<pack u64 BE><offset u64 BE>` | bytes a small batch appended to the open pack there, not synced yet |
 
 use crate::store::LargeChunks;
 use crate::{Error, HashAlgo, Id, Result};
@@ -23,6 +24,11 @@ pub(crate) const PACK_PREFIX: &[u8] = b"p/";
 /// `d/<chunk id>` -> why: a chunk found damaged (by verify); writes re-store it from new
 /// content instead of sharing the damaged copy.
 pub(crate) const DAMAGED_PREFIX: &[u8] = b"d/";
+
+/// `j/<pack u64 BE><offset u64 BE>` -> the bytes a batch appended to that pack at that offset
+/// without syncing it: the journal that makes a small batch durable with one sync (the
+/// engine's), replayed into the pack at open (see [`crate::store`]).
+pub(crate) const JOURNAL_PREFIX: &[u8] = b"j/";
 
 /// Chunk ids per blob row or page (2 MiB of ids).
 pub(crate) const IDS_PER_PAGE: usize = 65_536;
@@ -50,6 +56,23 @@ pub(crate) fn page_key(id: &Id, page: u32) -> Vec<u8> {
     let mut k = key(PAGE_PREFIX, id);
     k.extend_from_slice(&page.to_be_bytes());
     k
+}
+
+pub(crate) fn journal_key(pack: u64, offset: u64) -> Vec<u8> {
+    let mut k = JOURNAL_PREFIX.to_vec();
+    k.extend_from_slice(&pack.to_be_bytes());
+    k.extend_from_slice(&offset.to_be_bytes());
+    k
+}
+
+/// The pack and offset of a journal key (relative), or `None` if malformed.
+pub(crate) fn parse_journal_key(k: &[u8]) -> Option<(u64, u64)> {
+    let rest = k.strip_prefix(JOURNAL_PREFIX)?;
+    if rest.len() != 16 {
+        return None;
+    }
+    let (p, o) = rest.split_at(8);
+    Some((u64::from_be_bytes(p.try_into().ok()?), u64::from_be_bytes(o.try_into().ok()?)))
 }
 
 pub(crate) fn pack_key(no: u64) -> Vec<u8> {
@@ -264,6 +287,15 @@ impl PackRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn journal_keys_round_trip_and_malformed_ones_are_refused() {
+        let k = journal_key(7, 1 << 40);
+        assert_eq!(parse_journal_key(&k), Some((7, 1 << 40)));
+        assert_eq!(parse_journal_key(&k[..k.len() - 1]), None);
+        assert_eq!(parse_journal_key(&[k.as_slice(), b"x"].concat()), None);
+        assert_eq!(parse_journal_key(&pack_key(7)), None);
+    }
     use proptest::prelude::*;
 
     proptest! {

@@ -119,6 +119,18 @@ pub struct PackWriter {
     pub no: u64,
     path: PathBuf,
     file: Box<dyn WritableFile>,
+    /// A copy of the bytes appended since [`PackWriter::begin_capture`], for the store's
+    /// journal (see `docs/design/2026-12-07-one-sync-add.md`).
+    capture: Option<Capture>,
+}
+
+/// Bytes appended from `start` on, as long as they stay within `limit` (past it, `bytes` is
+/// dropped and `over` set: the batch is too large to journal).
+struct Capture {
+    start: u64,
+    bytes: Vec<u8>,
+    limit: usize,
+    over: bool,
 }
 
 impl PackWriter {
@@ -128,7 +140,7 @@ impl PackWriter {
         // A pack file that exists is never replaced (its number was not this store's to give).
         let mut file = storage.create_new(&path).map_err(|e| Error::io(&path, e))?;
         file.append(&header()).map_err(|e| Error::io(&path, e))?;
-        Ok(PackWriter { no, path, file })
+        Ok(PackWriter { no, path, file, capture: None })
     }
 
     /// Appends a version 1 single entry; returns its offset (stores write groups; this makes
@@ -164,8 +176,35 @@ impl PackWriter {
         let crc = mask_crc(crc32c::crc32c_append(crc32c::crc32c(head), data));
         for part in [head, data, &crc.to_le_bytes()] {
             self.file.append(part).map_err(|e| Error::io(&self.path, e))?;
+            if let Some(c) = self.capture.as_mut().filter(|c| !c.over) {
+                if c.bytes.len() + part.len() > c.limit {
+                    c.over = true;
+                    c.bytes = Vec::new();
+                } else {
+                    c.bytes.extend_from_slice(part);
+                }
+            }
         }
         Ok(offset)
+    }
+
+    /// Starts keeping a copy of what is appended from now on, up to `limit` bytes (replacing
+    /// any copy kept before).
+    pub fn begin_capture(&mut self, limit: usize) {
+        self.capture = Some(Capture { start: self.len(), bytes: Vec::new(), limit, over: false });
+    }
+
+    /// Ends the copy begun by [`PackWriter::begin_capture`]: the offset it began at and the
+    /// bytes appended since, or `None` if none was begun or it outgrew its limit.
+    pub fn take_capture(&mut self) -> Option<(u64, Vec<u8>)> {
+        let c = self.capture.take()?;
+        (!c.over).then_some((c.start, c.bytes))
+    }
+
+    /// Hands everything appended to the operating system (readers see it, a process crash
+    /// keeps it; a power cut may not).
+    pub fn flush(&mut self) -> Result<()> {
+        self.file.flush().map_err(|e| Error::io(&self.path, e))
     }
 
     /// Makes everything appended durable.
@@ -392,6 +431,31 @@ pub fn read_group(file: &dyn RandomAccessFile, path: &Path, offset: u64, entry_l
 mod tests {
     use super::*;
     use cairn_kv::MemStorage;
+
+    /// The copy kept for the journal holds exactly the bytes appended since it began, and
+    /// gives up (rather than keep part of them) past its limit.
+    #[test]
+    fn a_capture_holds_what_was_appended_within_its_limit() {
+        let storage: Arc<dyn Storage> = Arc::new(MemStorage::new());
+        let mut w = PackWriter::create(&storage, Path::new("/p"), 3).unwrap();
+        let a = StoredChunk::encode(&cairn_kv::testing::noise(1, 500), 3);
+        w.append(&Id([1; 32]), &a).unwrap();
+        assert_eq!(w.take_capture(), None, "nothing begun");
+        w.begin_capture(4096);
+        let start = w.len();
+        w.append(&Id([2; 32]), &a).unwrap();
+        w.append(&Id([3; 32]), &a).unwrap();
+        w.flush().unwrap();
+        let (offset, bytes) = w.take_capture().unwrap();
+        assert_eq!(offset, start);
+        let file = storage.read_all(&pack_path(Path::new("/p"), 3)).unwrap();
+        assert_eq!(&file[start as usize..], &bytes[..]);
+        assert_eq!(w.take_capture(), None, "taken once");
+        w.begin_capture(1000);
+        w.append(&Id([4; 32]), &a).unwrap();
+        w.append(&Id([5; 32]), &a).unwrap();
+        assert_eq!(w.take_capture(), None, "past its limit");
+    }
 
     #[test]
     fn entries_round_trip_and_damage_is_caught() {

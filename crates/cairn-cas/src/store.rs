@@ -4,9 +4,11 @@
 //! Durability order of a commit: pack bytes are fsynced (and a new pack's directory entry),
 //! then the index rows are written to the engine with a synced batch. The index therefore never
 //! names bytes that are not durable; a crash before the index write leaves unreferenced bytes
-//! in a pack, which garbage collection reclaims.
+//! in a pack, which garbage collection reclaims. A small batch skips the pack fsync: its pack
+//! bytes are journaled in its engine write instead, and put back into the pack at open if a
+//! power cut lost them (see [`Batch::commit`]), so it costs one sync.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -207,6 +209,10 @@ pub(crate) struct WriterState {
     pub persisted_next_pack: u64,
     /// Closed packs the backend does not hold yet (uploaded after the next commit).
     pub sealed: Vec<u64>,
+    /// Journal rows (pack, offset) of the open pack's bytes that are committed but not synced.
+    pub journal: Vec<(u64, u64)>,
+    /// Bytes those rows hold.
+    pub journal_bytes: u64,
 }
 
 /// What the store knows of its backend's packs and its local copies of them.
@@ -336,6 +342,11 @@ impl Drop for Inner {
     /// whatever is not uploaded now is uploaded by the next open); then the upload threads end.
     fn drop(&mut self) {
         if self.remote.is_none() {
+            // Best effort: what stays journaled is replayed by the next open.
+            let mut w = self.writer.lock();
+            if !w.journal.is_empty() && w.pack.as_mut().is_some_and(|p| p.sync().is_ok()) {
+                let _ = self.retire_journal(&mut w);
+            }
             return;
         }
         let _ = self.seal_open_pack();
@@ -376,6 +387,7 @@ impl Store {
         config.check()?;
         let dir = dir.into();
         storage.create_dir_all(&dir).map_err(|e| Error::io(&dir, e))?;
+        replay_journal(storage.as_ref(), &dir, &rows)?;
         let persisted_next_pack = match rows.get(index::NEXT_PACK)? {
             Some(b) => u64::from_le_bytes(
                 b.as_ref().try_into().map_err(|_| Error::corruption("<index>", 0, "malformed next_pack row"))?,
@@ -424,6 +436,8 @@ impl Store {
                 next_pack,
                 persisted_next_pack,
                 sealed: Vec::new(),
+                journal: Vec::new(),
+                journal_bytes: 0,
             }),
             fetching: Mutex::new(HashMap::new()),
             local,
@@ -488,6 +502,7 @@ impl Store {
             pending_bytes: 0,
             written: 0,
             restored: HashSet::new(),
+            capturing: false,
         }
     }
 
@@ -840,9 +855,25 @@ impl Inner {
         if !w.pack_in_dir {
             self.storage.sync_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         }
+        self.retire_journal(w)?;
         if self.remote.is_some() {
             w.sealed.push(p.no);
         }
+        Ok(())
+    }
+
+    /// Deletes the journal rows of the open pack, once its bytes are synced.
+    fn retire_journal(&self, w: &mut WriterState) -> Result<()> {
+        if w.journal.is_empty() {
+            return Ok(());
+        }
+        let mut b = KeyspaceBatch::new();
+        for (no, offset) in &w.journal {
+            b.delete(&self.rows, index::journal_key(*no, *offset))?;
+        }
+        self.rows.write(b)?;
+        w.journal.clear();
+        w.journal_bytes = 0;
         Ok(())
     }
 
@@ -1023,6 +1054,8 @@ pub struct Batch<'a> {
     written: u64,
     /// Suspect chunks this batch stores again.
     restored: HashSet<Id>,
+    /// The open pack keeps a copy of what this batch appends to it, for the journal.
+    capturing: bool,
 }
 
 /// The blob store's own rows are written by the store alone.
@@ -1039,6 +1072,78 @@ const PENDING: u64 = u64::MAX;
 /// A batch writes its new chunks once they add up to this many raw bytes (and at commit), so
 /// memory stays bounded however much a batch stores.
 const PENDING_LIMIT: usize = 32 << 20;
+
+/// The most a batch may append to a pack and still be made durable through the journal (small
+/// documents and small batches of them): larger batches sync the pack. Journaled bytes are
+/// written twice and fill the engine's memtable, and larger documents gained little from one
+/// sync less (`docs/design/2026-12-07-one-sync-add.md`).
+const JOURNAL_BATCH_MAX: usize = 32 << 10;
+
+/// The most journaled bytes outstanding: the batch that would pass it syncs the pack instead
+/// (and deletes the rows), so the journal's rows stay few and small.
+const JOURNAL_MAX: u64 = 4 << 20;
+
+/// How far past a pack's end a journal row may reach: the unsynced tail a power cut may have
+/// lost (the journal's limit, and the bytes of batches that never committed between its rows).
+const REPLAY_GAP: u64 = 1 << 30;
+
+/// Puts back into their packs the bytes small batches journaled (see [`Batch::commit`]): a
+/// power cut may have lost them, since the packs were not synced. Each pack with journal rows
+/// is rewritten (to a temporary file, synced, renamed over it) with the journaled bytes at
+/// their offsets, then the rows are deleted. A pack whose file is gone keeps its rows (the only
+/// copy of those bytes) and is reported missing as any other.
+fn replay_journal(storage: &dyn Storage, dir: &Path, rows: &Keyspace) -> Result<()> {
+    let mut packs: BTreeMap<u64, Vec<(u64, Vec<u8>)>> = BTreeMap::new();
+    for kv in rows.prefix(index::JOURNAL_PREFIX) {
+        let (k, v) = kv?;
+        let (no, offset) =
+            index::parse_journal_key(&k).ok_or_else(|| Error::corruption("<index>", 0, "malformed journal key"))?;
+        packs.entry(no).or_default().push((offset, v.to_vec()));
+    }
+    if packs.is_empty() {
+        return Ok(());
+    }
+    let mut done = KeyspaceBatch::new();
+    for (no, entries) in &packs {
+        let path = pack::pack_path(dir, *no);
+        let mut content = match storage.read_all(&path) {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io(&path, e)),
+        };
+        for (offset, bytes) in entries {
+            // A power cut loses at most the pack's unsynced tail; a row past that is damage.
+            let end = offset.checked_add(bytes.len() as u64).filter(|end| *end <= content.len() as u64 + REPLAY_GAP);
+            let Some(end) = end.map(|e| e as usize) else {
+                return Err(Error::corruption(
+                    &path,
+                    *offset,
+                    format!("a journal row of {} bytes lies past the end of the pack", bytes.len()),
+                ));
+            };
+            let start = *offset as usize;
+            if content.len() < end {
+                content.resize(end, 0);
+            }
+            content[start..end].copy_from_slice(bytes);
+        }
+        let tmp = dir.join(pack::pack_name(*no, "replay"));
+        let io = |e| Error::io(&tmp, e);
+        let mut f = storage.create(&tmp).map_err(io)?;
+        f.append(&content).map_err(io)?;
+        f.sync().map_err(io)?;
+        drop(f);
+        storage.rename(&tmp, &path).map_err(io)?;
+        storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
+        for (offset, _) in entries {
+            done.delete(rows, index::journal_key(*no, *offset))?;
+        }
+    }
+    if !done.is_empty() {
+        rows.write(done)?;
+    }
+    Ok(())
+}
 
 /// The chunk is stored already, so its data is never asked for.
 fn unreachable_chunk() -> Vec<u8> {
@@ -1083,7 +1188,13 @@ impl Batch<'_> {
             self.w.pack_in_dir = false;
             self.w.pack = Some(PackWriter::create(&self.inner.storage, &self.inner.dir, no)?);
         }
-        self.w.pack.as_mut().ok_or_else(|| Error::InvalidArgument("no pack".into()))
+        let capture = !self.capturing;
+        self.capturing = true;
+        let p = self.w.pack.as_mut().ok_or_else(|| Error::InvalidArgument("no pack".into()))?;
+        if capture {
+            p.begin_capture(JOURNAL_BATCH_MAX);
+        }
+        Ok(p)
     }
 
     /// Adds a reference to chunk `id`, storing its content (from `make`) if it is not stored
@@ -1385,11 +1496,31 @@ impl Batch<'_> {
 
     /// Makes the batch durable: pack bytes first, then the index rows. Returns the bytes the
     /// batch appended to packs.
+    ///
+    /// A small batch appending to a pack whose file is durable already is made durable with
+    /// one sync: its bytes also go into a journal row of the same engine write, and the pack is
+    /// synced later (when a larger batch syncs it, when the journal grows past
+    /// [`JOURNAL_MAX`], or when the pack is closed), after which the rows are deleted.
     pub fn commit(mut self) -> Result<u64> {
         self.write_pending()?;
+        let rows = &self.inner.rows;
+        let mut wb = std::mem::take(&mut self.extra);
         // Bytes this batch appended to the open pack must be durable before the index names them.
-        let wrote = self.w.pack.as_ref().is_some_and(|p| self.packs.contains_key(&p.no));
-        if wrote {
+        // (A batch that only released chunks of it appended nothing.)
+        let wrote = self.written > 0 && self.w.pack.as_ref().is_some_and(|p| self.packs.contains_key(&p.no));
+        let captured = match self.w.pack.as_mut() {
+            Some(p) if self.capturing => p.take_capture().filter(|(_, b)| !b.is_empty()),
+            _ => None,
+        };
+        let journaled = captured
+            .filter(|(_, b)| wrote && self.w.pack_in_dir && self.w.journal_bytes + b.len() as u64 <= JOURNAL_MAX);
+        if let (Some((offset, bytes)), Some(p)) = (journaled, self.w.pack.as_mut()) {
+            p.flush()?;
+            let no = p.no;
+            wb.put(rows, index::journal_key(no, offset), &bytes)?;
+            self.w.journal.push((no, offset));
+            self.w.journal_bytes += bytes.len() as u64;
+        } else if wrote {
             if let Some(p) = self.w.pack.as_mut() {
                 p.sync()?;
             }
@@ -1398,9 +1529,12 @@ impl Batch<'_> {
                 self.inner.storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
                 self.w.pack_in_dir = true;
             }
+            // Synced: the journal's copies are not needed any more.
+            for (no, offset) in self.w.journal.drain(..) {
+                wb.delete(rows, index::journal_key(no, offset))?;
+            }
+            self.w.journal_bytes = 0;
         }
-        let rows = &self.inner.rows;
-        let mut wb = std::mem::take(&mut self.extra);
         for (id, row) in &self.chunks {
             let k = index::key(index::CHUNK_PREFIX, id);
             if row.refs == 0 { wb.delete(rows, k)? } else { wb.put(rows, k, row.encode())? }

@@ -123,3 +123,62 @@ fn power_cut_at_every_storage_operation() {
         std::fs::remove_dir_all(&index).ok();
     }
 }
+
+/// A durable add of a small document, a new version, a tag change, a metadata update and a
+/// removal each cost one sync (the engine's log: the document's pack bytes are journaled in
+/// the same write, see `docs/design/2026-12-07-one-sync-add.md`); a power cut right after they
+/// return loses none of them.
+#[test]
+fn small_writes_sync_once_and_survive_a_power_cut() {
+    let storage = MemStorage::new();
+    let dir = tempfile::tempdir().unwrap();
+    let index = dir.path().join("index");
+    // A memtable large enough that no engine flush (and its syncs) comes during the test.
+    let open = |storage: &MemStorage| {
+        let s: Arc<dyn Storage> = Arc::new(storage.clone());
+        let db = Db::open_with_storage("/d/kv", Options::default(), s.clone()).unwrap();
+        let store = Store::open(db.keyspace(cairn_kv::keyspace::CAS), s, "/d/packs", StoreConfig::default()).unwrap();
+        Memory::with_parts(db.keyspace(cairn_kv::keyspace::DOCS), store, &index).unwrap()
+    };
+    let m = open(&storage);
+    let add = |m: &Memory, path: &str, body: &str| {
+        m.add(vec![NewDoc::new(path.to_string(), body.as_bytes().to_vec())], &AddOptions::default()).unwrap();
+    };
+    // The first add creates the pack file, which is synced with its directory entry.
+    add(&m, "/n/first", "the first note");
+    let one_sync = |what: &str, f: &dyn Fn()| {
+        let before = storage.syncs();
+        f();
+        assert_eq!(storage.syncs() - before, 1, "{what}: one sync");
+    };
+    let body = |i: usize| format!("note{i} about the daemon and its agents {}", "filler text ".repeat(80));
+    for i in 0..20 {
+        one_sync("an add of 1 KiB", &|| add(&m, &format!("/n/{i}"), &body(i)));
+    }
+    one_sync("a new version", &|| add(&m, "/n/3", "note3 changed its mind"));
+    one_sync("a tag", &|| {
+        m.tag(&["/n/4".to_string()], &["kept".to_string()], &[]).unwrap();
+    });
+    one_sync("a metadata update", &|| {
+        m.set_meta(&[("/n/5".to_string(), vec![("source".to_string(), Some("agent".to_string()))])]).unwrap();
+    });
+    one_sync("a removal", &|| {
+        m.remove(&["/n/6".to_string()]).unwrap();
+    });
+    storage.crash();
+    drop(m);
+    let m = open(&storage);
+    for i in (0..20).filter(|i| ![3, 6].contains(i)) {
+        let path = format!("/n/{i}");
+        assert_eq!(m.content(&path, None).unwrap(), body(i).into_bytes(), "{path}");
+        let hits = m.search(&format!("note{i}"), &SearchOptions::default()).unwrap().hits;
+        assert!(hits.iter().any(|h| h.doc.path == path), "{path} is searchable");
+    }
+    assert_eq!(m.content("/n/3", None).unwrap(), b"note3 changed its mind");
+    assert!(m.get("/n/4").unwrap().tags.contains("kept"));
+    assert_eq!(m.get("/n/5").unwrap().meta.get("source").map(String::as_str), Some("agent"));
+    assert!(m.doc_by_path("/n/6").unwrap().is_none());
+    assert!(m.store().verify().unwrap().is_ok());
+    let v = m.verify().unwrap();
+    assert!(v.problems.is_empty(), "{:?}", v.problems);
+}
