@@ -287,6 +287,7 @@ impl PackRow {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn journal_keys_round_trip_and_malformed_ones_are_refused() {
@@ -296,9 +297,15 @@ mod tests {
         assert_eq!(parse_journal_key(&[k.as_slice(), b"x"].concat()), None);
         assert_eq!(parse_journal_key(&pack_key(7)), None);
     }
-    use proptest::prelude::*;
 
     proptest! {
+        #[test]
+        fn journal_keys_round_trip_and_any_bytes_decode_or_fail(pack: u64, offset: u64, junk: Vec<u8>) {
+            prop_assert_eq!(parse_journal_key(&journal_key(pack, offset)), Some((pack, offset)));
+            let parsed = parse_journal_key(&junk);
+            prop_assert_eq!(parsed.is_some(), junk.len() == 18 && junk.starts_with(JOURNAL_PREFIX));
+        }
+
         #[test]
         fn rows_round_trip(pack: u64, offset: u64, len: u32, raw_len: u32, refs: u64, group: Option<(u32, u32)>, n in 0usize..5) {
             // A version 1 row's entry is at least its header and checksum long.
