@@ -153,7 +153,7 @@ fn small_batches_sync_once_and_survive_a_power_cut() {
         assert_eq!(storage.syncs() - before, 1, "put {i}: one sync");
         acked.push((id, data));
     }
-    // A batch of several small blobs, and a release (no new bytes): one sync each.
+    // A batch of several small blobs: one sync.
     let before = storage.syncs();
     let mut b = store.batch();
     for i in 0..5u64 {
