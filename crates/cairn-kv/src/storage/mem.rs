@@ -38,6 +38,8 @@ use crate::storage::{DeferredSync, FileLock, RandomAccessFile, Storage, Writable
 struct Node {
     data: Vec<u8>,
     durable: Vec<u8>,
+    /// Successful syncs of this file.
+    syncs: u64,
 }
 
 type NodeRef = Arc<Mutex<Node>>;
@@ -209,6 +211,13 @@ impl MemStorage {
         self.state.lock().syncs
     }
 
+    /// Successful syncs so far of the files now in `dir` or below it (a test counts the syncs
+    /// of one component's files, apart from other threads' syncs elsewhere).
+    pub fn syncs_under(&self, dir: &Path) -> u64 {
+        let s = self.state.lock();
+        s.live.iter().filter(|(p, _)| p.starts_with(dir)).map(|(_, n)| n.lock().syncs).sum()
+    }
+
     /// Calls of [`WritableFile::write_back`] so far (each only hands bytes over: memory has no
     /// write-back to start).
     pub fn write_backs(&self) -> u64 {
@@ -235,7 +244,7 @@ impl MemStorage {
                 .entry(Arc::as_ptr(n))
                 .or_insert_with(|| {
                     let g = n.lock();
-                    Arc::new(Mutex::new(Node { data: g.data.clone(), durable: g.durable.clone() }))
+                    Arc::new(Mutex::new(Node { data: g.data.clone(), durable: g.durable.clone(), syncs: g.syncs }))
                 })
                 .clone()
         };
@@ -330,6 +339,7 @@ fn sync_node(storage: &MemStorage, node: &NodeRef, generation: u64) -> io::Resul
     s.syncs += 1;
     let mut n = node.lock();
     n.durable = n.data.clone();
+    n.syncs += 1;
     Ok(())
 }
 
