@@ -66,11 +66,7 @@ impl Backend for LocalBackend {
     fn upload(&self, no: u64, path: &Path) -> io::Result<()> {
         let data = self.storage.read_all(path)?;
         let tmp = self.dir.join(pack::pack_name(no, "upload"));
-        let mut f = self.storage.create(&tmp)?;
-        f.append(&data)?;
-        f.sync()?;
-        drop(f);
-        self.storage.rename(&tmp, &pack::pack_path(&self.dir, no))?;
+        pack::replace_file(self.storage.as_ref(), &tmp, &pack::pack_path(&self.dir, no), &data)?;
         self.storage.sync_dir(&self.dir)
     }
 

@@ -75,6 +75,16 @@ pub fn pack_path(dir: &Path, no: u64) -> PathBuf {
     dir.join(pack_name(no, "pack"))
 }
 
+/// Writes a whole pack as `tmp` (replacing any), syncs it and renames it over `path`: a reader
+/// sees the old file or the new one whole. Durable once the directory is synced.
+pub fn replace_file(storage: &dyn Storage, tmp: &Path, path: &Path, data: &[u8]) -> std::io::Result<()> {
+    let mut f = storage.create(tmp)?;
+    f.append(data)?;
+    f.sync()?;
+    drop(f);
+    storage.rename(tmp, path)
+}
+
 /// Parses a pack file name back into its number.
 pub fn parse_pack_name(name: &str) -> Option<u64> {
     name.strip_prefix("pack-")?.strip_suffix(".pack")?.parse().ok()

@@ -801,12 +801,7 @@ impl Inner {
         let data = r.backend.download(no).map_err(|e| self.remote_err(Some(no), e))?;
         let path = pack::pack_path(&self.dir, no);
         let tmp = self.dir.join(pack::pack_name(no, "download"));
-        let io = |e| Error::io(&tmp, e);
-        let mut f = self.storage.create(&tmp).map_err(io)?;
-        f.append(&data).map_err(io)?;
-        f.sync().map_err(io)?;
-        drop(f);
-        self.storage.rename(&tmp, &path).map_err(io)?;
+        pack::replace_file(self.storage.as_ref(), &tmp, &path, &data).map_err(|e| Error::io(&tmp, e))?;
         // Opened before it is counted in the cache, where another reader's eviction may drop it.
         let f = self.storage.open_read(&path).map_err(|e| Error::io(&path, e))?;
         self.remote_state.lock().cache(no, data.len() as u64);
@@ -1128,12 +1123,7 @@ fn replay_journal(storage: &dyn Storage, dir: &Path, rows: &Keyspace) -> Result<
             content[start..end].copy_from_slice(bytes);
         }
         let tmp = dir.join(pack::pack_name(*no, "replay"));
-        let io = |e| Error::io(&tmp, e);
-        let mut f = storage.create(&tmp).map_err(io)?;
-        f.append(&content).map_err(io)?;
-        f.sync().map_err(io)?;
-        drop(f);
-        storage.rename(&tmp, &path).map_err(io)?;
+        pack::replace_file(storage, &tmp, &path, &content).map_err(|e| Error::io(&tmp, e))?;
         storage.sync_dir(dir).map_err(|e| Error::io(dir, e))?;
         for (offset, _) in entries {
             done.delete(rows, index::journal_key(*no, *offset))?;
