@@ -863,11 +863,16 @@ impl Inner {
             return Ok(());
         }
         let mut b = KeyspaceBatch::new();
-        for (no, offset) in &w.journal {
-            b.delete(&self.rows, index::journal_key(*no, *offset))?;
-        }
+        self.forget_journal(w, &mut b)?;
         self.rows.write(b)?;
-        w.journal.clear();
+        Ok(())
+    }
+
+    /// Adds the deletion of every journal row to `b` and forgets them: the pack is synced.
+    fn forget_journal(&self, w: &mut WriterState, b: &mut KeyspaceBatch) -> Result<()> {
+        for (no, offset) in w.journal.drain(..) {
+            b.delete(&self.rows, index::journal_key(no, offset))?;
+        }
         w.journal_bytes = 0;
         Ok(())
     }
@@ -1520,10 +1525,7 @@ impl Batch<'_> {
                 self.w.pack_in_dir = true;
             }
             // Synced: the journal's copies are not needed any more.
-            for (no, offset) in self.w.journal.drain(..) {
-                wb.delete(rows, index::journal_key(no, offset))?;
-            }
-            self.w.journal_bytes = 0;
+            self.inner.forget_journal(&mut self.w, &mut wb)?;
         }
         for (id, row) in &self.chunks {
             let k = index::key(index::CHUNK_PREFIX, id);
