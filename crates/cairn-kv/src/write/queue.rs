@@ -583,11 +583,11 @@ mod tests {
             }
             // A delay far longer than any scheduling hiccup: it ends once the writer queues.
             guard = q.gather(guard, Duration::from_secs(600), &mut group, &mut bytes);
-            assert_eq!(group.len(), 1, "the writer that joined during the delay is in the group");
-            assert!(holds(&group.iter().map(|s| &**s).collect::<Vec<_>>(), 7));
+            let members: Vec<&Slot> = group.iter().map(|s| &**s).collect();
+            assert_eq!(members.len(), 1, "the writer that joined during the delay is in the group");
+            assert!(holds(&members, 7));
             assert!(q.missed.load(Ordering::Relaxed) < missed, "a joined delay lowers the miss average");
             drop(guard);
-            let members: Vec<&Slot> = group.iter().map(|s| &**s).collect();
             q.run_group(true, &members, &finish_all, &|_, ()| {}, &|_| {});
             let _q = q.q.lock();
             for s in &group {
