@@ -12,7 +12,6 @@
 //! Folding is a function of each byte applied to both sides, so a literal in the content is a
 //! literal in the folded content: the index never hides a match, whatever the case options.
 
-use std::cell::RefCell;
 use std::collections::BTreeSet;
 
 use regex_syntax::hir::{Class, Hir, HirKind};
@@ -40,45 +39,89 @@ pub fn fold(b: u8) -> u8 {
     b.to_ascii_lowercase()
 }
 
-thread_local! {
-    /// One bit per possible trigram (2 MiB), cleared after each document.
-    static SEEN: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+/// Content up to this long has its trigrams made distinct by sorting them, which needs no table
+/// (a daemon adds small documents on many threads at once).
+const SORT_MAX: usize = 4 << 10;
+
+/// Bit tables (one bit per possible trigram, 2 MiB each) lent to [`grams`] for larger
+/// content, all zero between uses. At most [`table_cap`] exist: a caller that finds none free
+/// sorts instead, so memory stays bounded however many threads add at once.
+static TABLES: parking_lot::Mutex<(Vec<Box<[u64]>>, usize)> = parking_lot::Mutex::new((Vec::new(), 0));
+
+fn table_cap() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
+}
+
+/// A free table, a new one if fewer than the cap exist, or none.
+fn take_table() -> Option<Box<[u64]>> {
+    let mut t = TABLES.lock();
+    if let Some(b) = t.0.pop() {
+        return Some(b);
+    }
+    if t.1 >= table_cap() {
+        return None;
+    }
+    t.1 += 1;
+    drop(t);
+    Some(vec![0u64; 1 << 18].into_boxed_slice())
 }
 
 /// The distinct trigrams of `content` (in no particular order).
 pub fn grams(content: &[u8]) -> Vec<Gram> {
-    if content.len() < 3 {
-        return Vec::new();
+    if content.len() <= SORT_MAX {
+        return grams_sorted(content);
     }
-    SEEN.with(|seen| {
-        let mut bits = seen.borrow_mut();
-        if bits.is_empty() {
-            bits.resize(1 << 18, 0);
+    match take_table() {
+        Some(mut bits) => {
+            let out = grams_table(content, &mut bits);
+            TABLES.lock().0.push(bits);
+            out
         }
-        // Branch-free: every trigram is written to a scratch block, and the count advances
-        // only for a new one (a branch per byte that cannot be predicted costs more than the
-        // stores); the block bounds the memory whatever the content's size.
-        let mut out = Vec::new();
-        let mut scratch = vec![0; content.len().min(1 << 16)];
-        let mut g = (u32::from(fold(content[0])) << 8) | u32::from(fold(content[1]));
-        for block in content[2..].chunks(scratch.len()) {
-            let mut n = 0;
-            for &b in block {
-                g = ((g << 8) | u32::from(fold(b))) & 0xFF_FFFF;
-                let word = &mut bits[(g >> 6) as usize];
-                let mask = 1u64 << (g & 63);
-                let new = usize::from(*word & mask == 0);
-                *word |= mask;
-                scratch[n] = g;
-                n += new;
-            }
-            out.extend_from_slice(&scratch[..n]);
-        }
-        for &g in &out {
-            bits[(g >> 6) as usize] = 0;
-        }
-        out
+        None => grams_sorted(content),
+    }
+}
+
+/// Every trigram of `content`, in order, repeats included.
+fn all_grams(content: &[u8]) -> impl Iterator<Item = Gram> + '_ {
+    let mut g = content.get(..2).map_or(0, |p| (u32::from(fold(p[0])) << 8) | u32::from(fold(p[1])));
+    content.get(2..).unwrap_or_default().iter().map(move |&b| {
+        g = ((g << 8) | u32::from(fold(b))) & 0xFF_FFFF;
+        g
     })
+}
+
+/// [`grams`] by sorting: sorted.
+fn grams_sorted(content: &[u8]) -> Vec<Gram> {
+    let mut out: Vec<Gram> = all_grams(content).collect();
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// [`grams`] with a bit table, all zero before and after.
+fn grams_table(content: &[u8], bits: &mut [u64]) -> Vec<Gram> {
+    // Branch-free: every trigram is written to a scratch block, and the count advances only
+    // for a new one (a branch per byte that cannot be predicted costs more than the stores);
+    // the block bounds the memory whatever the content's size.
+    let mut out = Vec::new();
+    let mut scratch = vec![0; content.len().clamp(1, 1 << 16)];
+    let mut all = all_grams(content).peekable();
+    while all.peek().is_some() {
+        let mut n = 0;
+        for g in all.by_ref().take(scratch.len()) {
+            let word = &mut bits[(g >> 6) as usize];
+            let mask = 1u64 << (g & 63);
+            let new = usize::from(*word & mask == 0);
+            *word |= mask;
+            scratch[n] = g;
+            n += new;
+        }
+        out.extend_from_slice(&scratch[..n]);
+    }
+    for &g in &out {
+        bits[(g >> 6) as usize] = 0;
+    }
+    out
 }
 
 /// What a document must contain to hold a match: evaluated against the index, it gives the
@@ -534,6 +577,29 @@ mod tests {
     }
 
     #[test]
+    fn tables_are_bounded_and_clean() {
+        // More callers at once than tables may exist: those without one sort, and every one
+        // gets every trigram once.
+        let long: Vec<u8> = (0..50_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        let want = grams_sorted(&long);
+        std::thread::scope(|s| {
+            for _ in 0..4 * table_cap() {
+                s.spawn(|| {
+                    for _ in 0..5 {
+                        let mut v = grams(&long);
+                        v.sort_unstable();
+                        assert_eq!(v, want);
+                    }
+                });
+            }
+        });
+        // (Other tests may hold tables now: only the free ones are looked at.)
+        let t = TABLES.lock();
+        assert!(t.1 <= table_cap(), "{} tables made", t.1);
+        assert!(t.0.iter().all(|b| b.iter().all(|&w| w == 0)), "a table was returned dirty");
+    }
+
+    #[test]
     fn too_many_trigrams_make_a_saturated_entry() {
         assert_eq!(entry_grams(vec![1, 2, 3], 3), [1, 2, 3]);
         assert_eq!(entry_grams(vec![1, 2, 3, 4], 3), [SATURATED]);
@@ -695,6 +761,18 @@ mod tests {
         }
 
         /// The same for fixed strings, against plain substring search.
+        /// Sorting and the bit table find the same trigrams.
+        #[test]
+        fn both_ways_find_the_same_grams(text in proptest::collection::vec(any::<u8>(), 0..3000)) {
+            let mut bits = vec![0u64; 1 << 18];
+            let mut v = grams_table(&text, &mut bits);
+            v.sort_unstable();
+            prop_assert_eq!(&v, &grams_sorted(&text));
+            prop_assert!(bits.iter().all(|&w| w == 0));
+            let want: std::collections::BTreeSet<Gram> = text.windows(3).map(gram_of).collect();
+            prop_assert_eq!(v, want.into_iter().collect::<Vec<_>>());
+        }
+
         #[test]
         fn fixed_plan_never_drops_a_match(p in "[abcAB.(*]{1,6}", text in "[abcAB.(*]{0,30}") {
             if text.contains(&p) {
