@@ -97,6 +97,8 @@ pub(crate) struct Change {
     pub text: Option<(String, Option<String>, String)>,
     /// The trigrams of the content (with `text` only).
     pub grams: Arc<[Gram]>,
+    /// The document's id was new to this write: no index holds an entry of it to remove.
+    pub fresh: bool,
 }
 
 impl Change {
@@ -108,7 +110,14 @@ impl Change {
         } else {
             Arc::from([])
         };
-        Change { id, text, grams }
+        Change { id, text, grams, fresh: false }
+    }
+
+    /// This change, of a document whose id the write just allocated: writing it to the disk
+    /// index removes nothing (a removal costs a query in the index writer's queue, and a
+    /// lookup in every segment at the commit).
+    pub fn fresh(self) -> Change {
+        Change { fresh: true, ..self }
     }
 
     /// The entry of `id` removed.
@@ -116,8 +125,11 @@ impl Change {
         Change::new(id, "", None, Vec::new())
     }
 
+    /// About what the change holds in memory until a flush has it on disk: its text, and
+    /// its trigrams as they are in the document given to the index writer (a value of about
+    /// 16 bytes each, where the change holds 4).
     fn bytes(&self) -> usize {
-        64 + 4 * self.grams.len()
+        64 + 20 * self.grams.len()
             + self.text.as_ref().map_or(0, |(p, t, b)| p.len() + t.as_ref().map_or(0, String::len) + b.len())
     }
 }
@@ -308,8 +320,12 @@ pub(crate) const FLUSH_PARTS: usize = 8;
 const PART_BUDGET: usize = 1 << 20;
 
 /// Writes change `c` through `w`: the document's old entry removed, its new one (if any) added.
-fn put(w: &IndexWriter, f: &Fields, c: &Change) -> Result<()> {
-    w.delete_term(Term::from_field_u64(f.id, c.id));
+/// `again`: the change may be on disk already (a flush that failed after its commit is
+/// redone), so even a fresh document's entry is removed first.
+fn put(w: &IndexWriter, f: &Fields, c: &Change, again: bool) -> Result<()> {
+    if again || !c.fresh {
+        w.delete_term(Term::from_field_u64(f.id, c.id));
+    }
     if let Some(d) = entry(f, c) {
         w.add_document(d)?;
     }
@@ -471,7 +487,7 @@ impl SearchIndex {
     /// searched and written again by the next one (writing a change twice is harmless).
     pub fn flush(&self) -> Result<Vec<u64>> {
         let _one = self.flushing.lock();
-        let frozen = {
+        let (frozen, again) = {
             // The frozen layer is searched until the disk has it: it must index every change.
             // Most pending changes become a part outside the layer lock; those a write adds
             // meanwhile are indexed under it, so nothing is frozen unindexed.
@@ -480,7 +496,7 @@ impl SearchIndex {
             let mut l = self.layers.lock();
             if let Some(f) = l.frozen.clone() {
                 // An earlier flush failed: write that layer first.
-                f
+                (f, true)
             } else if let Some(mut a) = l.active.take() {
                 if !a.pending.is_empty() {
                     match self.part(&a.pending) {
@@ -494,7 +510,7 @@ impl SearchIndex {
                 self.sealed.fetch_max(self.applied.load(Ordering::SeqCst), Ordering::SeqCst);
                 let f = Arc::new(Frozen { parts: a.parts, touched: a.touched, changes: a.changes, seqs: a.seqs });
                 l.frozen = Some(f.clone());
-                f
+                (f, false)
             } else {
                 return Ok(Vec::new());
             }
@@ -503,7 +519,7 @@ impl SearchIndex {
             let mut w = self.writer.lock();
             let wrote = (|| {
                 for c in &frozen.changes {
-                    put(&w, &self.f, c)?;
+                    put(&w, &self.f, c, again)?;
                 }
                 w.commit()?;
                 Ok::<_, Error>(())
@@ -552,7 +568,7 @@ impl SearchIndex {
     /// Writes `c` to the disk index directly (bulk work: the layers must be flushed first,
     /// and [`SearchIndex::commit`] called after).
     pub fn write_direct(&self, c: &Change) -> Result<()> {
-        put(&self.writer.lock(), &self.f, c)
+        put(&self.writer.lock(), &self.f, c, true)
     }
 
     /// [`SearchIndex::write_direct`] of the entry of `id` becoming `text` with `grams` (none:
@@ -749,5 +765,45 @@ impl SearchIndex {
             }
         }
         Ok(SnippetGenerator::new(weights, analyzer(), self.f.body, 240))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn change(id: u64, body: &str) -> Change {
+        Change::new(id, &format!("d{id}"), Some((None, body)), crate::ngram::grams(body.as_bytes()))
+    }
+
+    fn sorted_ids(ix: &SearchIndex) -> Vec<u64> {
+        let mut v = ix.ids().unwrap();
+        v.sort_unstable();
+        v
+    }
+
+    /// A fresh document's entry is added without a removal, yet a flush redone after its
+    /// commit (the frozen layer written again) leaves one entry per document.
+    #[test]
+    fn fresh_entries_are_written_once_even_when_a_flush_is_redone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (ix, _) = SearchIndex::open(dir.path()).unwrap();
+        ix.apply(vec![change(1, "alpha beta").fresh(), change(2, "gamma delta").fresh()], vec![]).unwrap();
+        ix.flush().unwrap();
+        assert_eq!(sorted_ids(&ix), [1, 2]);
+        // As if the flush had failed between its commit and dropping its frozen layer.
+        let frozen = Frozen {
+            parts: Vec::new(),
+            touched: Arc::new([1, 2].into_iter().collect()),
+            changes: vec![change(1, "alpha beta").fresh(), change(2, "gamma delta").fresh()],
+            seqs: Vec::new(),
+        };
+        ix.layers.lock().frozen = Some(Arc::new(frozen));
+        ix.flush().unwrap();
+        assert_eq!(sorted_ids(&ix), [1, 2], "a redone flush duplicated entries");
+        // A change that is not fresh replaces the entry.
+        ix.apply(vec![change(2, "epsilon")], vec![]).unwrap();
+        ix.flush().unwrap();
+        assert_eq!(sorted_ids(&ix), [1, 2]);
     }
 }

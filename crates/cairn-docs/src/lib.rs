@@ -607,6 +607,8 @@ impl Memory {
         let mut touched: HashMap<Vec<u8>, (DocRecord, Option<DocRecord>)> = HashMap::new();
         let mut outs = Vec::with_capacity(jobs.len());
         let mut reindex: Vec<(u64, Option<extract::Extracted>, Vec<ngram::Gram>)> = Vec::new();
+        // Ids this write allocates: no index has an entry of them.
+        let mut fresh = HashSet::new();
         let mut seqs = Vec::new();
         for job in jobs {
             let opts = &job.opts;
@@ -637,6 +639,7 @@ impl Memory {
                             Some(d) => (d.id, d.version + 1, d.created, d.tags.clone(), d.meta.clone()),
                             None => {
                                 w.next_id += 1;
+                                fresh.insert(w.next_id - 1);
                                 (w.next_id - 1, 1, now, BTreeSet::new(), BTreeMap::new())
                             }
                         };
@@ -695,12 +698,9 @@ impl Memory {
         let mut changes = Vec::with_capacity(reindex.len());
         for (id, text, grams) in reindex {
             let Some(doc) = by_id.get(&id) else { continue };
-            changes.push(index::Change::new(
-                id,
-                &doc.path,
-                text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())),
-                grams,
-            ));
+            let c =
+                index::Change::new(id, &doc.path, text.as_ref().map(|t| (t.title.as_deref(), t.body.as_str())), grams);
+            changes.push(if fresh.contains(&id) { c.fresh() } else { c });
         }
         self.index_changes(w, changes, seqs)?;
         Ok(outs)
