@@ -23,6 +23,7 @@ pub mod client;
 pub mod http;
 mod ipc;
 mod lock;
+mod trim;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -189,12 +190,14 @@ async fn run(shared: Arc<Shared>, ready: impl FnOnce(&Config)) -> Result<()> {
     if let Some(h) = http {
         listeners.push(tokio::spawn(http::serve(h, shared.clone())));
     }
+    let trimmer = tokio::spawn(trim::every(trim::PERIOD));
     ready(&config);
     let stop = shared.shutdown.clone();
     tokio::select! {
         _ = stop.cancelled() => {}
         _ = signal() => stop.cancel(),
     }
+    trimmer.abort();
     for l in listeners {
         let _ = l.await;
     }
