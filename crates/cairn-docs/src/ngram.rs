@@ -760,7 +760,6 @@ mod tests {
             }
         }
 
-        /// The same for fixed strings, against plain substring search.
         /// Sorting and the bit table find the same trigrams.
         #[test]
         fn both_ways_find_the_same_grams(text in proptest::collection::vec(any::<u8>(), 0..3000)) {
@@ -773,6 +772,7 @@ mod tests {
             prop_assert_eq!(v, want.into_iter().collect::<Vec<_>>());
         }
 
+        /// The same for fixed strings, against plain substring search.
         #[test]
         fn fixed_plan_never_drops_a_match(p in "[abcAB.(*]{1,6}", text in "[abcAB.(*]{0,30}") {
             if text.contains(&p) {
