@@ -126,8 +126,8 @@ impl Change {
     }
 
     /// About what the change holds in memory until a flush has it on disk: its text, and
-    /// its trigrams as they are in the document given to the index writer (a value of about
-    /// 16 bytes each, where the change holds 4).
+    /// 20 bytes per trigram (4 in the change, about 16 as a value of the document a flush
+    /// gives the index writer).
     fn bytes(&self) -> usize {
         64 + 20 * self.grams.len()
             + self.text.as_ref().map_or(0, |(p, t, b)| p.len() + t.as_ref().map_or(0, String::len) + b.len())
