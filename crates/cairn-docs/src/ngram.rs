@@ -48,8 +48,10 @@ const SORT_MAX: usize = 4 << 10;
 /// sorts instead, so memory stays bounded however many threads add at once.
 static TABLES: parking_lot::Mutex<(Vec<Box<[u64]>>, usize)> = parking_lot::Mutex::new((Vec::new(), 0));
 
+/// One table per core (asked of the system once: on Linux that reads cgroup files).
 fn table_cap() -> usize {
-    std::thread::available_parallelism().map_or(2, |n| n.get())
+    static CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CAP.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
 }
 
 /// A free table, a new one if fewer than the cap exist, or none.
